@@ -1,0 +1,33 @@
+"""Shared helpers of the benchmarks: paths, environment record, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results"
+SHARED_DATA = Path(os.environ.get("AFP_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers were measured on: torch version, threads, CPU, GPU name when present."""
+    import torch
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,166 @@
+"""Reproduce Wang & Ragni's AFP experiments (Table 3 / Figure 1 on PTB, Table 4 / Figure 2 on WikiText-2).
+
+Trains, with one shared set-up (Adam, batch 20 sentences, uniform init +-0.05, best validation
+checkpoint, learning rate halved after an epoch without validation gain):
+
+  rnn-bptt                exact Elman RNN, full backpropagation through each sentence
+  afp-fpi-rho{1..8}       AFP-rho trained by fixed-point iteration
+  afp-fpi-detach-rho{..}  AFP-rho trained by FPI|theta (no gradient through earlier iterations)
+  ffnn-2gram              feed-forward bigram model (the paper's FFNN_2)
+  lstm-bptt               exact LSTM
+
+Every run writes ``bench/results/<dataset>/runs/<name>/metrics.jsonl`` and is resumable: run the
+command again and finished runs are skipped, interrupted ones continue from their last epoch.
+After each run the table ``summary.json`` and the plot ``ppl_vs_rho.png`` are rewritten.
+
+  python -m bench.paper_reproduction --dataset ptb                  # everything, in order
+  python -m bench.paper_reproduction --dataset ptb --only rnn-bptt afp-fpi-rho4
+  python -m bench.paper_reproduction --dataset wikitext2 --rhos 1 2 4 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, SHARED_DATA, environment, write_json
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "ptb": {
+        "train": SHARED_DATA / "ptb" / "ptb.train.txt",
+        "valid": SHARED_DATA / "ptb" / "ptb.valid.txt",
+        "hidden": 100, "epochs": 20,
+        "paper": {"rnn-bptt": 142.1, "afp-fpi": 129.4, "afp-fpi-detach": 136.4, "ffnn-2gram": 179.0,
+                  "kn-5gram": 141.2, "note": "test-set perplexities from the paper's Table 3"},
+    },
+    "wikitext2": {
+        "train": SHARED_DATA / "wikitext-2" / "wiki.train.tokens",
+        "valid": SHARED_DATA / "wikitext-2" / "wiki.valid.tokens",
+        "hidden": 200, "epochs": 40,
+        "paper": {"rnn-bptt": 153.48, "afp-fpi": 149.35, "afp-fpi-detach": 172.05, "lstm-bptt": 132.32,
+                  "note": "perplexities from the paper's Table 4"},
+    },
+}
+
+
+def run_specs(rhos: list[int]) -> dict[str, dict[str, Any]]:
+    """Run name -> model fields (plus ``detach``) for every configuration of the study."""
+    specs: dict[str, dict[str, Any]] = {"rnn-bptt": {"mode": "exact"}}
+    for rho in rhos:
+        specs[f"afp-fpi-rho{rho}"] = {"mode": "afp", "rho": rho}
+    for rho in rhos:
+        specs[f"afp-fpi-detach-rho{rho}"] = {"mode": "afp", "rho": rho, "detach": True}
+    specs["ffnn-2gram"] = {"arch": "ffnn", "order": 2}
+    specs["lstm-bptt"] = {"cell": "lstm", "mode": "exact"}
+    return specs
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs: int) -> dict[str, Any]:
+    """Collect every run's best validation perplexity and timing into ``summary.json`` and the plot."""
+    runs = {}
+    for name, spec in specs.items():
+        metrics = read_metrics(out / "runs" / name)
+        if not metrics:
+            continue
+        valid = [m["valid_ppl"] for m in metrics]
+        runs[name] = {
+            "spec": spec, "epochs_done": len(metrics), "complete": len(metrics) >= epochs,
+            "best_valid_ppl": min(valid), "best_epoch": valid.index(min(valid)) + 1,
+            "seconds_per_epoch": sum(m["seconds"] for m in metrics) / len(metrics),
+            "device": metrics[-1]["device"],
+        }
+    summary = {"dataset": dataset, "epochs": epochs, "paper": PRESETS[dataset]["paper"], "runs": runs,
+               "environment": environment()}
+    write_json(out / "summary.json", summary)
+    plot(summary, out / "ppl_vs_rho.png")
+    return summary
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    """Validation perplexity against rho for FPI and FPI|theta, baselines as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = summary["runs"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for prefix, label, marker in (("afp-fpi-rho", "AFP, FPI", "o"), ("afp-fpi-detach-rho", "AFP, FPI|θ", "s")):
+        points = sorted((int(n[len(prefix):]), r["best_valid_ppl"]) for n, r in runs.items()
+                        if n.startswith(prefix) and n[len(prefix):].isdigit())
+        if points:
+            ax.plot(*zip(*points), marker=marker, label=label)
+    for name, label, style in (("rnn-bptt", "RNN, BPTT", "--"), ("lstm-bptt", "LSTM, BPTT", ":"),
+                               ("ffnn-2gram", "FFNN bigram", "-.")):
+        if name in runs:
+            ax.axhline(runs[name]["best_valid_ppl"], linestyle=style, color="gray", label=label)
+    ax.set_xlabel("ρ (fixed-point iterations = tokens of context)")
+    ax.set_ylabel("validation perplexity")
+    ax.set_title(f"{summary['dataset']}: perplexity against ρ")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    from lm.config import TrainConfig
+    from lm.train import train
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", choices=sorted(PRESETS), default="ptb")
+    parser.add_argument("--only", nargs="*", help="run names to train (default: all)")
+    parser.add_argument("--rhos", nargs="*", type=int, default=list(range(1, 9)))
+    parser.add_argument("--epochs", type=int, help="override the preset's epochs")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--out", type=Path, help="results directory (default: bench/results/<dataset>)")
+    args = parser.parse_args()
+
+    preset = PRESETS[args.dataset]
+    if not Path(preset["train"]).is_file():
+        raise SystemExit(f"{preset['train']} is missing: this benchmark needs ../shared/data")
+    epochs = args.epochs or preset["epochs"]
+    out = args.out or RESULTS / args.dataset
+    specs = run_specs(args.rhos)
+    names = args.only or list(specs)
+    unknown = sorted(set(names) - set(specs))
+    if unknown:
+        raise SystemExit(f"unknown run(s) {unknown}; known: {list(specs)}")
+    for name in names:
+        spec = dict(specs[name])
+        detach = bool(spec.pop("detach", False))
+        run_dir = out / "runs" / name
+        if len(read_metrics(run_dir)) >= epochs:
+            print(f"{name}: done")
+            continue
+        cfg = TrainConfig(train=str(preset["train"]), valid=str(preset["valid"]), epochs=epochs, batch_size=20,
+                          lr=1e-3, lr_decay=0.5, clip=1.0, init_range=0.05, detach=detach, seed=1,
+                          device=args.device, num_threads=args.threads)
+        print(f"{name}: training ({spec}, detach={detach})", flush=True)
+        started = time.perf_counter()
+        result = train({"hidden": preset["hidden"], **spec}, cfg, run_dir, resume=True,
+                       record={"benchmark": f"bench.paper_reproduction --dataset {args.dataset}", "run": name},
+                       progress=False,
+                       on_epoch=lambda m, n=name: print(f"  {n} epoch {m['epoch']}: valid ppl {m['valid_ppl']:.2f} "
+                                                        f"({m['seconds']:.0f}s)", flush=True))
+        print(f"{name}: best valid ppl {result.best_valid_ppl:.2f} in {time.perf_counter() - started:.0f}s", flush=True)
+        summarize(args.dataset, out, specs, epochs)
+    summary = summarize(args.dataset, out, specs, epochs)
+    for name, run in summary["runs"].items():
+        print(f"{name:>24}  {run['best_valid_ppl']:8.2f}  ({run['epochs_done']} epochs, {run['device']})")
+
+
+if __name__ == "__main__":
+    main()

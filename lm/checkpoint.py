@@ -1,0 +1,149 @@
+"""Checkpoints: a directory with weights in safetensors and a JSON config with the vocabulary.
+
+Layout of a checkpoint directory::
+
+    model.safetensors   the model's parameters (tied weights stored once)
+    config.json         {"format": "afp-rescore/1",
+                         "model": ModelConfig fields,
+                         "vocab": {"words": [word of id 0, word of id 1, ...], "unk": "<unk>"},
+                         "training": free-form record (command, epochs, validation perplexity...)}
+
+Loading reads JSON and safetensors only: nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+
+from lm.config import ModelConfig
+from lm.model import LanguageModel, build_model
+from lm.vocab import Vocabulary, VocabularyError
+
+FORMAT = "afp-rescore/1"
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing, incomplete or inconsistent; the message names the file."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to use: its config, vocabulary and the module (in eval mode)."""
+
+    config: ModelConfig
+    vocab: Vocabulary
+    model: LanguageModel
+    training: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.output_layer.weight.device
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-able summary (what ``afp info --json`` prints)."""
+        cfg = self.config
+        return {
+            "path": str(self.path) if self.path else None,
+            "name": cfg.describe(),
+            "arch": cfg.arch,
+            "cell": cfg.cell if cfg.arch == "rnn" else "ffnn",
+            "activation": cfg.activation if cfg.arch == "rnn" and cfg.cell == "elman" else None,
+            "layers": cfg.layers,
+            "hidden": cfg.hidden,
+            "embedding": cfg.embedding_size,
+            "mode": cfg.mode if cfg.arch == "rnn" else None,
+            "rho": cfg.rho,
+            "order": cfg.order if cfg.arch == "ffnn" else None,
+            "context_size": cfg.context_size,
+            "vocab_size": cfg.vocab_size,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "device": str(self.device),
+            "training": self.training,
+        }
+
+
+def prepare_model(model: LanguageModel, vocab: Vocabulary) -> LanguageModel:
+    """Tell the model which ids it may never predict (``<s>``, ``<eps>``, gaps, ``#k``)."""
+    model.block_tokens([i for i, ok in enumerate(vocab.predictable_mask()) if not ok])
+    return model
+
+
+def save_checkpoint(directory: str | Path, model: LanguageModel, vocab: Vocabulary,
+                    training: dict[str, Any] | None = None) -> Path:
+    """Write ``model.safetensors`` and ``config.json`` into ``directory`` (created if needed).
+
+    Files are written under temporary names and renamed, so a reader never sees half a checkpoint.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if model.config.vocab_size != vocab.size:
+        raise ValueError(f"model vocab_size {model.config.vocab_size} != vocabulary size {vocab.size}")
+    config = {
+        "format": FORMAT,
+        "model": model.config.to_dict(),
+        "vocab": {"words": list(vocab.words), "unk": vocab.unk},
+        "training": training or {},
+    }
+    tmp_weights = directory / (WEIGHTS + ".tmp")
+    tmp_config = directory / (CONFIG + ".tmp")
+    save_model(model, str(tmp_weights), metadata={"format": FORMAT})
+    tmp_config.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    tmp_weights.replace(directory / WEIGHTS)
+    tmp_config.replace(directory / CONFIG)
+    return directory
+
+
+def read_config(directory: str | Path) -> tuple[ModelConfig, Vocabulary, dict[str, Any]]:
+    """Parse ``config.json`` of a checkpoint: model config, vocabulary, training record."""
+    path = Path(directory) / CONFIG
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file (is {directory} a model directory?)") from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise CheckpointError(f"{path}: field 'format' must be {FORMAT!r}, got {found!r}")
+    try:
+        config = ModelConfig.from_dict(data.get("model"), where=f"{path}: field 'model'")
+        vocab_data = data.get("vocab")
+        if not isinstance(vocab_data, dict) or not isinstance(vocab_data.get("words"), list):
+            raise CheckpointError(f"{path}: field 'vocab' must be an object with a 'words' list")
+        vocab = Vocabulary(tuple(vocab_data["words"]), unk=vocab_data.get("unk", "<unk>"))
+    except (ValueError, VocabularyError) as err:
+        raise CheckpointError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
+    if vocab.size != config.vocab_size:
+        raise CheckpointError(f"{path}: vocabulary has {vocab.size} words but model.vocab_size is {config.vocab_size}")
+    training = data.get("training") or {}
+    return config, vocab, training
+
+
+def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a checkpoint directory onto ``device``; the model is returned in eval mode."""
+    directory = Path(directory)
+    config, vocab, training = read_config(directory)
+    model = build_model(config)
+    weights = directory / WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: no such file")
+    try:
+        missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
+    if missing or unexpected:
+        raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: missing {sorted(missing)}, "
+                              f"unexpected {sorted(unexpected)}")
+    model.to(device).eval()
+    prepare_model(model, vocab)
+    return LoadedModel(config=config, vocab=vocab, model=model, training=training, path=directory)

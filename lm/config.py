@@ -1,0 +1,191 @@
+"""Frozen configurations of a model and of a training run.
+
+Both are plain dataclasses that validate themselves on construction (``ValueError`` naming the
+field) and round-trip through JSON dicts, which is how checkpoints and ``afp train --config``
+store them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lm.cells import ACTIVATIONS, CELL_TYPES
+
+ARCHITECTURES = ("rnn", "ffnn")
+MODES = ("exact", "afp")
+
+C = TypeVar("C", bound="_JsonConfig")
+
+
+class _JsonConfig:
+    """Dict/JSON round trip shared by the configs; unknown or mistyped fields are errors."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any], where: str = "config") -> C:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+    @classmethod
+    def from_json_file(cls: type[C], path: str | Path) -> C:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no such file") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+        return cls.from_dict(data, where=str(path))
+
+    def replace(self: C, **changes: Any) -> C:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def _check(condition: bool, field: str, message: str) -> None:
+    if not condition:
+        raise ValueError(f"{field}: {message}")
+
+
+def _check_int(value: Any, field: str, minimum: int) -> None:
+    _check(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+           field, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_number(value: Any, field: str, low: float, high: float, low_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and (value > low if low_open else value >= low) and value <= high
+    _check(ok, field, f"must be a number in {'(' if low_open else '['}{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig(_JsonConfig):
+    """What a language model is; enough to rebuild it before loading weights.
+
+    Fields:
+      arch: ``rnn`` (a recurrent cell) or ``ffnn`` (a feed-forward n-gram model).
+      vocab_size: softmax width.
+      cell, layers, hidden, activation: the recurrent cell (``activation`` for Elman only).
+      context_units, decay, learn_decay: SCRN slow context units.
+      embedding: input embedding width (defaults to ``hidden``).
+      mode: ``afp`` (prediction depends on the last ``rho`` tokens) or ``exact`` (full history);
+        an rnn setting only.
+      rho: fixed-point iterations in ``afp`` mode; None otherwise.
+      order: n of an ``ffnn`` n-gram model (its context is ``order - 1`` tokens).
+      tie_weights: share the embedding and output matrices (needs equal widths).
+      dropout: on embeddings and output features, training only.
+    """
+
+    vocab_size: int
+    arch: str = "rnn"
+    cell: str = "elman"
+    layers: int = 1
+    hidden: int = 100
+    activation: str = "tanh"
+    context_units: int = 0
+    decay: float = 0.95
+    learn_decay: bool = False
+    embedding: int | None = None
+    mode: str = "exact"
+    rho: int | None = None
+    order: int = 2
+    tie_weights: bool = False
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_int(self.vocab_size, "vocab_size", 4)
+        _check(self.arch in ARCHITECTURES, "arch", f"must be one of {ARCHITECTURES}, got {self.arch!r}")
+        _check(self.cell in CELL_TYPES, "cell", f"must be one of {CELL_TYPES}, got {self.cell!r}")
+        _check(self.activation in ACTIVATIONS, "activation", f"must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        _check_int(self.layers, "layers", 1)
+        _check_int(self.hidden, "hidden", 1)
+        if self.embedding is not None:
+            _check_int(self.embedding, "embedding", 1)
+        _check_int(self.context_units, "context_units", 0)
+        _check(self.cell != "scrn" or self.context_units > 0, "context_units", "an SCRN cell needs at least 1")
+        _check_number(self.decay, "decay", 0.0, 1.0, low_open=True)
+        _check(self.decay < 1.0, "decay", f"must be below 1, got {self.decay}")
+        _check(self.mode in MODES, "mode", f"must be one of {MODES}, got {self.mode!r}")
+        if self.arch == "rnn" and self.mode == "afp":
+            _check_int(self.rho, "rho", 1)
+        elif self.rho is not None:
+            raise ValueError(f"rho: only used by an afp-mode rnn; set it to null for arch={self.arch} mode={self.mode}")
+        _check_int(self.order, "order", 2)
+        _check_number(self.dropout, "dropout", 0.0, 0.95)
+
+    @property
+    def embedding_size(self) -> int:
+        return self.embedding if self.embedding is not None else self.hidden
+
+    @property
+    def context_size(self) -> int | None:
+        """Tokens of history a prediction depends on; None for an exact (unbounded) RNN."""
+        if self.arch == "ffnn":
+            return self.order - 1
+        return self.rho if self.mode == "afp" else None
+
+    def describe(self) -> str:
+        """A short human name, e.g. ``AFP-4 elman(tanh) 1x100``."""
+        if self.arch == "ffnn":
+            return f"FFNN {self.order}-gram {self.hidden}"
+        cell = f"{self.cell}({self.activation})" if self.cell == "elman" else self.cell
+        head = f"AFP-{self.rho}" if self.mode == "afp" else "exact"
+        return f"{head} {cell} {self.layers}x{self.hidden}"
+
+
+@dataclass(frozen=True)
+class TrainConfig(_JsonConfig):
+    """How to train: data, optimisation, and where to write.
+
+    ``detach`` selects FPI|theta (no gradient through earlier fixed-point iterations) for an
+    afp-mode model. ``lr_decay`` multiplies the learning rate after an epoch whose validation
+    perplexity did not improve (1.0 keeps it constant). ``max_vocab``/``min_count`` apply when
+    the vocabulary is built from the training text; ``words_txt`` reads it from a Kaldi table.
+    """
+
+    train: str
+    valid: str | None = None
+    words_txt: str | None = None
+    max_vocab: int | None = None
+    min_count: int = 1
+    epochs: int = 20
+    batch_size: int = 20
+    lr: float = 1e-3
+    lr_decay: float = 1.0
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    init_range: float = 0.05
+    detach: bool = False
+    seed: int = 1
+    device: str = "auto"
+    num_threads: int | None = None
+    max_train_sentences: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int(self.epochs, "epochs", 1)
+        _check_int(self.batch_size, "batch_size", 1)
+        _check_number(self.lr, "lr", 0.0, 10.0, low_open=True)
+        _check_number(self.lr_decay, "lr_decay", 0.0, 1.0, low_open=True)
+        _check_number(self.weight_decay, "weight_decay", 0.0, 1.0)
+        _check_number(self.clip, "clip", 0.0, 1e6)
+        _check_number(self.init_range, "init_range", 0.0, 1.0, low_open=True)
+        _check_int(self.min_count, "min_count", 1)
+        if self.max_vocab is not None:
+            _check_int(self.max_vocab, "max_vocab", 4)
+        if self.max_train_sentences is not None:
+            _check_int(self.max_train_sentences, "max_train_sentences", 1)
+        if self.num_threads is not None:
+            _check_int(self.num_threads, "num_threads", 1)

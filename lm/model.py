@@ -1,0 +1,269 @@
+"""Language models: a recurrent LM with exact and AFP forward passes, and a feed-forward n-gram LM.
+
+Both predict token ``t`` of a sentence from features of its history and a full softmax:
+
+  ``features(inputs) -> (B, T, F)``  for ``inputs = [<s>, w_1 .. w_n]`` (padded),
+  ``log_probs = log_softmax(output(features))`` over the vocabulary, ``<s>`` never predicted.
+
+The recurrent LM computes the features one of two ways:
+
+  * :meth:`RecurrentLM.exact`: the ordinary recurrence ``h_t = cell(h_{t-1}, x_t)`` over the whole
+    history (what BPTT trains);
+  * :meth:`RecurrentLM.afp`: Algorithm 1 of Wang & Ragni, "Approximate fixed-points in recurrent
+    neural networks": all states start at the initial state (zeros), then ``rho`` iterations each
+    update every position in parallel from the previous iteration's state one position to the
+    left. The state at position ``t`` then depends on exactly the last ``rho`` inputs, which is the
+    same as running the cell from zeros over those ``rho`` tokens. ``detach=True`` is FPI|theta:
+    the same values, with no gradient through earlier iterations.
+
+So an AFP-rho LM and an n-gram FFNN are both finite-context models, and :meth:`score_contexts`
+scores (context, next token) pairs directly: the entry point of lattice rescoring.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lm.cells import RecurrentCell, make_cell
+from lm.config import ModelConfig
+
+#: Upper bound on logits held at once by :meth:`LanguageModel.score_contexts` (elements).
+DEFAULT_SCORE_ELEMENTS = 1 << 24
+
+
+class LanguageModel(nn.Module, ABC):
+    """Common part: output layer, masked softmax, sentence and context scoring."""
+
+    def __init__(self, config: ModelConfig, feature_size: int) -> None:
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.dropout = nn.Dropout(config.dropout)
+        self.output_layer = nn.Linear(feature_size, config.vocab_size)
+        if config.tie_weights:
+            if feature_size != config.embedding_size:
+                raise ValueError(
+                    f"tie_weights needs the output features ({feature_size}) to be as wide as the embedding "
+                    f"({config.embedding_size})")
+            self.output_layer.weight = self.embedding.weight
+        self.register_buffer("logit_mask", torch.zeros(config.vocab_size), persistent=False)
+
+    # ------------------------------------------------------------------ to implement
+    @abstractmethod
+    def features(self, inputs: Tensor, detach: bool = False) -> Tensor:
+        """History features for every position. ``inputs: int64 (B, T) -> (B, T, F)``.
+
+        ``detach`` asks for the FPI|theta gradient (values unchanged); models without fixed-point
+        iterations ignore it."""
+
+    @abstractmethod
+    def context_features(self, contexts: Tensor, lengths: Tensor) -> Tensor:
+        """Features after reading each context.
+
+        Args:
+          contexts: int64 ``(N, C)``, right-aligned: row ``i``'s tokens are ``contexts[i, C - lengths[i]:]``,
+            the rest is padding (any id).
+          lengths: int64 ``(N,)``, each in ``[1, C]``.
+        Returns:
+          ``(N, F)``: equal to ``features(sentence)`` at the last context position, for a sentence
+          whose history within the model's reach is that context.
+        """
+
+    # ------------------------------------------------------------------ shared
+    @property
+    def context_size(self) -> int | None:
+        """Tokens of history a prediction depends on (rho, or n-1); None when unbounded."""
+        return self.config.context_size
+
+    def block_tokens(self, token_ids: list[int]) -> None:
+        """Never predict these ids (``<s>``, Kaldi's ``<eps>``...): their logits become -inf."""
+        self.logit_mask.zero_()
+        if token_ids:
+            self.logit_mask[torch.tensor(token_ids, dtype=torch.long)] = float("-inf")
+
+    def logits(self, features: Tensor) -> Tensor:
+        """Output layer with the blocked ids at -inf. ``(..., F) -> (..., vocab_size)``.
+
+        The block is added to the bias, so it costs nothing and its gradient is zero."""
+        return F.linear(self.dropout(features), self.output_layer.weight, self.output_layer.bias + self.logit_mask)
+
+    def log_probs(self, features: Tensor) -> Tensor:
+        """Normalized log-probabilities. ``(..., F) -> (..., vocab_size)``, natural log."""
+        return self.logits(features).log_softmax(dim=-1)
+
+    def forward(self, inputs: Tensor, targets: Tensor, lengths: Tensor, detach: bool = False) -> Tensor:
+        """Same as :meth:`token_logprobs` (so that DDP and hooks see the training computation)."""
+        return self.token_logprobs(inputs, targets, lengths, detach)
+
+    def token_logprobs(self, inputs: Tensor, targets: Tensor, lengths: Tensor, detach: bool = False) -> Tensor:
+        """Log-probability of every target. ``inputs, targets: (B, T)``, ``lengths: (B,)`` ->
+        ``(B, T)``; padding positions give 0. The softmax runs on real positions only."""
+        mask = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
+        logits = self.logits(self.features(inputs, detach)[mask])
+        picked = -F.cross_entropy(logits, targets[mask], reduction="none")
+        out = picked.new_zeros(targets.shape)
+        out[mask] = picked
+        return out
+
+    @torch.no_grad()
+    def score_contexts(
+        self,
+        contexts: Tensor,
+        lengths: Tensor,
+        targets: Tensor,
+        target_context: Tensor | None = None,
+        max_elements: int = DEFAULT_SCORE_ELEMENTS,
+    ) -> Tensor:
+        """Natural-log probabilities of next tokens after contexts; the rescoring entry point.
+
+        Args:
+          contexts: int64 ``(N, C)``, right-aligned (see :meth:`context_features`). A context
+            longer than :attr:`context_size` is cut to its last ``context_size`` tokens, which
+            is exactly what the model would see. A context should start with ``<s>`` when the
+            sentence start is within reach.
+          lengths: int64 ``(N,)``.
+          targets: int64 ``(M,)`` next tokens.
+          target_context: int64 ``(M,)``, the context row of each target; defaults to
+            ``arange(N)`` (one target per context, ``M == N``).
+          max_elements: contexts are processed in chunks whose logits hold at most this many
+            numbers, so memory stays bounded for any N and vocabulary.
+        Returns:
+          float32 ``(M,)`` on the model's device.
+        """
+        device = self.output_layer.weight.device
+        contexts, lengths, targets = contexts.to(device), lengths.to(device), targets.to(device)
+        if target_context is None:
+            if targets.shape[0] != contexts.shape[0]:
+                raise ValueError(f"{targets.shape[0]} targets for {contexts.shape[0]} contexts: give target_context")
+            target_context = torch.arange(contexts.shape[0], device=device)
+        target_context = target_context.to(device)
+        contexts, lengths = self._truncate(contexts, lengths)
+        order = torch.argsort(target_context, stable=True)
+        sorted_context = target_context[order]
+        result = torch.empty(targets.shape[0], device=device)
+        chunk = max(1, max_elements // self.config.vocab_size)
+        for start in range(0, contexts.shape[0], chunk):
+            stop = min(start + chunk, contexts.shape[0])
+            lo, hi = torch.searchsorted(sorted_context, torch.tensor([start, stop], device=device)).tolist()
+            if lo == hi:
+                continue
+            log_probs = self.log_probs(self.context_features(contexts[start:stop], lengths[start:stop]))
+            picked = order[lo:hi]
+            result[picked] = log_probs[target_context[picked] - start, targets[picked]]
+        return result
+
+    def _truncate(self, contexts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        if contexts.dim() != 2 or lengths.shape != contexts.shape[:1]:
+            raise ValueError(f"contexts must be (N, C) with lengths (N,), got {tuple(contexts.shape)} and {tuple(lengths.shape)}")
+        if contexts.shape[0] and (int(lengths.min()) < 1 or int(lengths.max()) > contexts.shape[1]):
+            raise ValueError(f"context lengths must lie in [1, {contexts.shape[1]}]")
+        limit = self.context_size
+        if limit is not None and contexts.shape[1] > limit:
+            contexts, lengths = contexts[:, -limit:], lengths.clamp(max=limit)
+        return contexts, lengths
+
+    def reset_parameters(self, init_range: float) -> None:
+        """Uniform ``(-init_range, init_range)`` for every weight (the AFP paper's set-up);
+        an SCRN's decay keeps its configured start value."""
+        for name, param in self.named_parameters():
+            if not name.endswith("decay_logit"):
+                nn.init.uniform_(param, -init_range, init_range)
+
+
+class RecurrentLM(LanguageModel):
+    """Embedding, recurrent cell, full softmax. Forward passes :meth:`exact` and :meth:`afp`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        cell = make_cell(config.cell, config.embedding_size, config.hidden, config.layers, config.activation,
+                         config.context_units, config.decay, config.learn_decay)
+        super().__init__(config, cell.output_size)
+        self.cell: RecurrentCell = cell
+
+    def features(self, inputs: Tensor, detach: bool = False) -> Tensor:
+        """The configured pass: :meth:`afp` with the config's rho, or :meth:`exact`."""
+        if self.config.mode == "afp":
+            assert self.config.rho is not None
+            return self.afp(inputs, self.config.rho, detach)
+        return self.exact(inputs)
+
+    def _projected(self, inputs: Tensor) -> Tensor:
+        return self.cell.project(self.dropout(self.embedding(inputs)))
+
+    def exact(self, inputs: Tensor) -> Tensor:
+        """Full recurrence over the history. ``inputs: int64 (B, T) -> (B, T, F)``."""
+        u = self._projected(inputs)
+        state = self.cell.initial_state(u, (inputs.shape[0],))
+        states = []
+        for t in range(inputs.shape[1]):
+            state = self.cell.step(state, u[:, t])
+            states.append(state)
+        return self.cell.output(torch.stack(states, dim=1))
+
+    def afp(self, inputs: Tensor, rho: int, detach: bool = False) -> Tensor:
+        """Approximate fixed point after ``rho`` parallel iterations. ``(B, T) -> (B, T, F)``.
+
+        Iteration ``n`` computes ``state[:, t] = cell(state_prev[:, t - 1], x_t)`` for every ``t``
+        at once (``state_prev[:, -1]`` is the initial state). With ``detach`` the first ``rho - 1``
+        iterations run without autograd, so gradients flow through the last one only.
+        """
+        if rho < 1:
+            raise ValueError(f"rho must be at least 1, got {rho}")
+        u = self._projected(inputs)
+        state = self.cell.initial_state(u, tuple(inputs.shape))
+        start = self.cell.initial_state(u, (inputs.shape[0], 1))
+        for n in range(rho):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not (detach and n < rho - 1)):
+                state = self.cell.step(torch.cat([start, state[:, :-1]], dim=1), u)
+        return self.cell.output(state)
+
+    def context_features(self, contexts: Tensor, lengths: Tensor) -> Tensor:
+        """Run the cell from the initial state over each right-aligned context. ``(N, C) -> (N, F)``."""
+        u = self._projected(contexts)
+        width = contexts.shape[1]
+        state = self.cell.initial_state(u, (contexts.shape[0],))
+        first = (width - lengths).unsqueeze(1)
+        for t in range(width):
+            state = torch.where(first <= t, self.cell.step(state, u[:, t]), state)
+        return self.cell.output(state)
+
+
+class FeedForwardLM(LanguageModel):
+    """Feed-forward n-gram LM (Bengio et al.; the AFP paper's FFNN_2 when ``order == 2``).
+
+    ``features_t = tanh(H [e(w_{t-n+2}); ...; e(w_t)] + b)``: concatenated embeddings of the
+    last ``order - 1`` inputs; positions before the sentence start contribute zero vectors.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config, config.hidden)
+        self.hidden_layer = nn.Linear((config.order - 1) * config.embedding_size, config.hidden)
+
+    def _window_features(self, windows: Tensor, valid: Tensor) -> Tensor:
+        """``windows: int64 (..., n-1)``, ``valid: bool (..., n-1)`` -> ``(..., hidden)``."""
+        emb = self.dropout(self.embedding(windows)) * valid.unsqueeze(-1)
+        return torch.tanh(self.hidden_layer(emb.flatten(-2)))
+
+    def features(self, inputs: Tensor, detach: bool = False) -> Tensor:
+        width = self.config.order - 1
+        padded = F.pad(inputs, (width - 1, 0))
+        valid = F.pad(torch.ones_like(inputs, dtype=torch.bool), (width - 1, 0))
+        return self._window_features(padded.unfold(1, width, 1), valid.unfold(1, width, 1))
+
+    def context_features(self, contexts: Tensor, lengths: Tensor) -> Tensor:
+        width = self.config.order - 1
+        if contexts.shape[1] < width:
+            contexts = F.pad(contexts, (width - contexts.shape[1], 0))
+        contexts = contexts[:, -width:]
+        valid = torch.arange(width, device=contexts.device).unsqueeze(0) >= (width - lengths).unsqueeze(1)
+        return self._window_features(contexts, valid)
+
+
+def build_model(config: ModelConfig) -> LanguageModel:
+    """The model class for ``config.arch``, freshly initialized by PyTorch defaults."""
+    if config.arch == "ffnn":
+        return FeedForwardLM(config)
+    return RecurrentLM(config)

@@ -1,0 +1,230 @@
+"""The ``afp`` command line: a thin layer over ``lm`` (and, later, ``lattices`` and the server).
+
+Commands:
+  afp info   [--model DIR] [--json]                 what a model is
+  afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
+  afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
+  afp train  [--config FILE] --train FILE --out DIR [options]   train a model
+
+Without ``--model`` the bundled default model is used (see :mod:`service.defaults`).
+Errors in user input print one line ``afp: error: ...`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from service.defaults import default_model_dir
+
+#: one-line help for the training options generated from the config dataclasses
+_HELP = {
+    "arch": "rnn (recurrent cell) or ffnn (feed-forward n-gram)",
+    "cell": "elman, lstm, gru or scrn",
+    "layers": "stacked layers", "hidden": "hidden units per layer",
+    "activation": "Elman non-linearity: tanh or sigmoid",
+    "context_units": "SCRN slow context units", "decay": "SCRN context decay", "learn_decay": "learn SCRN decay per unit",
+    "embedding": "embedding width (default: hidden)",
+    "mode": "exact (full recurrence, BPTT) or afp (rho fixed-point iterations)",
+    "rho": "AFP iterations = tokens of context", "order": "n of an ffnn n-gram model",
+    "tie_weights": "share embedding and output weights", "dropout": "dropout on embeddings and output features",
+    "train": "training text (one sentence per line) or lhotse cuts/supervisions manifest",
+    "valid": "validation text, for the best-checkpoint choice", "words_txt": "read the vocabulary from a Kaldi words.txt",
+    "max_vocab": "keep at most this many words", "min_count": "drop rarer words to <unk>",
+    "epochs": "training epochs", "batch_size": "sentences per batch", "lr": "Adam learning rate",
+    "lr_decay": "multiply lr by this after an epoch without validation gain",
+    "weight_decay": "Adam weight decay", "clip": "gradient-norm clipping (0 = off)",
+    "init_range": "uniform init range", "detach": "FPI|theta: no gradient through earlier iterations",
+    "seed": "random seed", "device": "auto, cpu, cuda, cuda:N", "num_threads": "CPU threads",
+    "max_train_sentences": "use only the first N training sentences",
+}
+
+
+class CLIError(Exception):
+    """A user error the CLI reports in one line."""
+
+
+def _load(model_dir: str | None, device: str = "cpu"):
+    from lm.checkpoint import load_checkpoint
+
+    return load_checkpoint(model_dir or default_model_dir(), device=_device(device))
+
+
+def _device(name: str) -> str:
+    from lm.train import resolve_device
+
+    return str(resolve_device(name))
+
+
+def _read_text(path: str, keep_empty: bool) -> list[list[str]]:
+    from lm.corpus import read_sentences
+
+    if path == "-":
+        lines = sys.stdin.read().splitlines()
+        sentences = [line.split() for line in lines]
+        return [s for s in sentences if s or keep_empty]
+    return read_sentences(path, keep_empty=keep_empty)
+
+
+# ---------------------------------------------------------------------------- commands
+def cmd_info(args: argparse.Namespace) -> None:
+    info = _load(args.model, args.device).info()
+    if args.json:
+        print(json.dumps(info))
+        return
+    for key, value in info.items():
+        if key != "training":
+            print(f"{key:>13}: {value}")
+    for key in ("command", "epochs", "best_valid_ppl"):
+        if key in info["training"]:
+            print(f"{key:>13}: {info['training'][key]}")
+
+
+def cmd_ppl(args: argparse.Namespace) -> None:
+    from lm.corpus import encode
+    from lm.evaluate import score_corpus
+
+    loaded = _load(args.model, args.device)
+    result = score_corpus(loaded.model, encode(_read_text(args.text, keep_empty=False), loaded.vocab),
+                          batch_size=args.batch_size).summary()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"ppl {result['ppl']:.2f} over {result['tokens']} tokens in {result['sentences']} sentences "
+              f"({result['oov']} OOV words mapped to {loaded.vocab.unk})")
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from lm.corpus import encode
+    from lm.evaluate import score_corpus
+
+    loaded = _load(args.model, args.device)
+    sentences = _read_text(args.text, keep_empty=True)
+    scored = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size)
+    for words, token_logprobs in zip(sentences, scored.token_logprobs):
+        values = token_logprobs.tolist()
+        if args.json:
+            print(json.dumps({"words": words, "logprob": sum(values), "token_logprobs": values}))
+        else:
+            print(f"{sum(values):.4f}\t{' '.join(words)}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from lm.config import ModelConfig, TrainConfig
+    from lm.train import train
+
+    model_fields, train_fields = {}, {}
+    if args.config:
+        data = _read_json(args.config)
+        model_fields, train_fields = dict(data.get("model", {})), dict(data.get("train", {}))
+        extra = sorted(set(data) - {"model", "train"})
+        if extra:
+            raise CLIError(f"{args.config}: unknown section(s) {extra}; expected 'model' and 'train'")
+    for cls, fields in ((ModelConfig, model_fields), (TrainConfig, train_fields)):
+        for f in dataclasses.fields(cls):
+            value = getattr(args, f.name, None)
+            if value is not None:
+                fields[f.name] = value
+    if model_fields.get("mode") == "afp" and "rho" not in model_fields:
+        raise CLIError("--mode afp needs --rho")
+    if "rho" in model_fields and "mode" not in model_fields and model_fields.get("arch", "rnn") == "rnn":
+        model_fields["mode"] = "afp"
+    if "train" not in train_fields:
+        raise CLIError("give --train FILE (or 'train' in the config's 'train' section)")
+    cfg = TrainConfig.from_dict(train_fields, where="training options")
+    ModelConfig.from_dict({**model_fields, "vocab_size": 4}, where="model options")  # fail before reading data
+    record = {"command": " ".join(["afp", *args.argv])}
+    result = train(model_fields, cfg, args.out, resume=args.resume, record=record,
+                   on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
+    print(json.dumps({"out": args.out, "epochs": result.epochs_run, "best_valid_ppl": result.best_valid_ppl}))
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CLIError(f"{path}: no such file") from None
+    except json.JSONDecodeError as err:
+        raise CLIError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise CLIError(f"{path}: expected a JSON object")
+    return data
+
+
+# ---------------------------------------------------------------------------- parser
+def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
+    """One ``--field-name`` option per dataclass field; the dataclass validates the values."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = hints[f.name]
+        base = [t for t in typing.get_args(kind) if t is not type(None)] or [kind]
+        help_text = _HELP.get(f.name, "")
+        if base[0] is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=base[0], default=None,
+                                help=f"{help_text} (default: {f.default})".strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lm.config import ModelConfig, TrainConfig
+
+    parser = argparse.ArgumentParser(prog="afp", description="Exact lattice rescoring with AFP-rho language models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_model(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", metavar="DIR", help="model directory (default: the bundled model)")
+        p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+
+    p = sub.add_parser("info", help="describe a model")
+    with_model(p)
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_info)
+
+    for name, func, text in (("ppl", cmd_ppl, "perplexity of a text"),
+                             ("score", cmd_score, "log-probabilities of each sentence of a text")):
+        p = sub.add_parser(name, help=text)
+        with_model(p)
+        p.add_argument("--text", required=True, metavar="FILE", help="one sentence per line ('-' = stdin)")
+        p.add_argument("--json", action="store_true", help="JSON output")
+        p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("train", help="train a language model", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory (the best checkpoint is written here)")
+    p.add_argument("--resume", action="store_true", help="continue from DIR/resume")
+    p.add_argument("--verbose", action="store_true", help="print each epoch's metrics to stderr")
+    _add_dataclass_options(p.add_argument_group("model"), ModelConfig, skip={"vocab_size"})
+    _add_dataclass_options(p.add_argument_group("training"), TrainConfig, skip=set())
+    p.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        args.func(args)
+    except (CLIError, ValueError, OSError) as err:
+        print(f"afp: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
