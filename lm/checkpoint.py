@@ -139,8 +139,10 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
         raise CheckpointError(f"{weights}: no such file")
     try:
         missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
-    except (SafetensorError, OSError, RuntimeError) as err:
+    except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
+    except RuntimeError as err:  # shape mismatch reported by load_state_dict
+        raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: {err}") from None
     if missing or unexpected:
         raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: missing {sorted(missing)}, "
                               f"unexpected {sorted(unexpected)}")

@@ -50,6 +50,7 @@ class TrainResult:
     best_valid_ppl: float | None
     epochs_run: int
     metrics: list[dict[str, Any]]
+    rank: int = 0
 
 
 def load_data(cfg: TrainConfig) -> Data:
@@ -163,7 +164,8 @@ def train(
                 on_epoch(metrics)
     if world > 1:
         dist.barrier()
-    return TrainResult(best_valid_ppl=state["best_valid_ppl"], epochs_run=state["epoch"], metrics=state["metrics"])
+    return TrainResult(best_valid_ppl=state["best_valid_ppl"], epochs_run=state["epoch"], metrics=state["metrics"],
+                       rank=rank)
 
 
 def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.optim.Optimizer,

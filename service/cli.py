@@ -142,7 +142,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     record = {"command": " ".join(["afp", *args.argv])}
     result = train(model_fields, cfg, args.out, resume=args.resume, record=record,
                    on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
-    print(json.dumps({"out": args.out, "epochs": result.epochs_run, "best_valid_ppl": result.best_valid_ppl}))
+    if result.rank == 0:
+        print(json.dumps({"out": args.out, "epochs": result.epochs_run, "best_valid_ppl": result.best_valid_ppl}))
 
 
 def _read_json(path: str) -> dict[str, Any]:

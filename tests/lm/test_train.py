@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lm.checkpoint import load_checkpoint
+from lm.config import TrainConfig
+from lm.train import train
+from tests.factories import patterned_sentences, write_text
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    return (write_text(tmp_path / "train.txt", patterned_sentences(300, seed=1)),
+            write_text(tmp_path / "valid.txt", patterned_sentences(60, seed=2)))
+
+
+def config(corpus, **changes):
+    train_path, valid_path = corpus
+    return TrainConfig(train=str(train_path), valid=str(valid_path), epochs=3, batch_size=10, lr=1e-2, seed=3,
+                       **changes)
+
+
+@pytest.mark.parametrize("fields, detach", [({"mode": "afp", "rho": 2, "hidden": 16}, False),
+                                            ({"mode": "afp", "rho": 3, "hidden": 16}, True),
+                                            ({"mode": "exact", "cell": "lstm", "hidden": 16}, False),
+                                            ({"arch": "ffnn", "order": 3, "hidden": 16}, False)])
+def test_training_learns_and_keeps_best_checkpoint(tmp_path, corpus, fields, detach):
+    result = train(fields, config(corpus, detach=detach), tmp_path / "run", progress=False)
+    ppl = [m["valid_ppl"] for m in result.metrics]
+    assert len(ppl) == 3
+    assert ppl[-1] < ppl[0] and min(ppl) < 6.0  # the grammar has ~16 words; a learnt model does far better
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3]
+    loaded = load_checkpoint(tmp_path / "run")
+    assert loaded.training["best_valid_ppl"] == pytest.approx(min(ppl))
+    assert loaded.training["train_config"]["detach"] is detach
+
+
+def test_resume_continues_exactly(tmp_path, corpus):
+    fields = {"mode": "afp", "rho": 2, "hidden": 12, "cell": "gru"}
+    straight = train(fields, config(corpus, lr_decay=0.5), tmp_path / "a", progress=False)
+    train(fields, config(corpus, lr_decay=0.5).replace(epochs=2), tmp_path / "b", progress=False)
+    resumed = train(fields, config(corpus, lr_decay=0.5), tmp_path / "b", resume=True, progress=False)
+    assert [m["valid_ppl"] for m in resumed.metrics] == pytest.approx([m["valid_ppl"] for m in straight.metrics],
+                                                                      rel=1e-9)
+    with pytest.raises(ValueError, match="training option.*lr"):
+        train(fields, config(corpus, lr_decay=0.5).replace(lr=0.5), tmp_path / "b", resume=True, progress=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_ddp_two_cpu_processes(tmp_path, corpus):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+               "-m", "service.cli", "train", "--train", str(corpus[0]), "--valid", str(corpus[1]),
+               "--out", str(tmp_path / "ddp"), "--rho", "2", "--hidden", "16", "--epochs", "2",
+               "--batch-size", "10", "--lr", "0.01", "--device", "cpu"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count('"best_valid_ppl"') == 1  # rank 0 reports, rank 1 stays quiet
+    metrics = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["world_size"] for m in metrics] == [2, 2]
+    # 300 sentences / 10 = 30 batches, 15 per rank: every training token was seen once, summed over ranks
+    assert metrics[0]["train_tokens"] == sum(len(s) + 1 for s in patterned_sentences(300, seed=1))
+    assert metrics[1]["valid_ppl"] < metrics[0]["valid_ppl"]
+    loaded = load_checkpoint(tmp_path / "ddp")
+    assert loaded.config.rho == 2 and loaded.config.mode == "afp"
+
+
+def test_cli_train_with_json_config_and_flag_override(tmp_path, corpus):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"model": {"cell": "elman", "hidden": 12, "mode": "afp", "rho": 2},
+                               "train": {"train": str(corpus[0]), "valid": str(corpus[1]), "epochs": 1}}))
+    from service.cli import main
+
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run"), "--hidden", "10"]) == 0
+    loaded = load_checkpoint(tmp_path / "run")
+    assert loaded.config.hidden == 10 and loaded.config.rho == 2
+    assert loaded.training["command"].startswith("afp train --config")
+
+
+def test_cli_train_rejects_bad_options(tmp_path, corpus, capsys):
+    from service.cli import main
+
+    assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "x"), "--mode", "afp"]) == 2
+    assert "--mode afp needs --rho" in capsys.readouterr().err
+    assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "x"), "--cell", "qrnn"]) == 2
+    assert "cell: must be one of" in capsys.readouterr().err
+    assert main(["train", "--train", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")]) == 2
+    assert "nope.txt: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "config.json").exists()
