@@ -90,9 +90,9 @@ def cmd_ppl(args: argparse.Namespace) -> None:
     from lm.corpus import encode
     from lm.evaluate import score_corpus
 
+    sentences = _read_text(args.text, keep_empty=False)
     loaded = _load(args.model, args.device)
-    result = score_corpus(loaded.model, encode(_read_text(args.text, keep_empty=False), loaded.vocab),
-                          batch_size=args.batch_size).summary()
+    result = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size).summary()
     if args.json:
         print(json.dumps(result))
     else:
@@ -104,8 +104,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     from lm.corpus import encode
     from lm.evaluate import score_corpus
 
-    loaded = _load(args.model, args.device)
     sentences = _read_text(args.text, keep_empty=True)
+    loaded = _load(args.model, args.device)
     scored = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size)
     for words, token_logprobs in zip(sentences, scored.token_logprobs):
         values = token_logprobs.tolist()
