@@ -72,7 +72,8 @@ def test_sentences_are_independent(capsys, tmp_path, model_dir):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["ppl", "--model", "/nonexistent/model", "--text", "x"], "config.json: no such file"),
+    (["ppl", "--model", "/nonexistent/model", "--text", str(REPO / "examples" / "conversation.txt")],
+     "config.json: no such file"),
     (["ppl", "--text", "/nonexistent/text.txt"], "text.txt: no such file"),
     (["info", "--device", "cuda:7"], "CUDA"),
 ])
