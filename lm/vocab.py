@@ -88,33 +88,12 @@ class Vocabulary:
         table has. ``<s>`` and ``</s>`` are appended when the table lacks them.
         """
         path = Path(path)
-        by_id: dict[int, str] = {}
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise VocabularyError(f"{path}: cannot read symbol table: {err}") from err
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            fields = line.split()
-            if len(fields) != 2:
-                raise VocabularyError(f"{path}:{lineno}: expected 'WORD ID', got {line!r}")
-            word, raw_id = fields
-            try:
-                word_id = int(raw_id)
-            except ValueError:
-                raise VocabularyError(f"{path}:{lineno}: id {raw_id!r} is not an integer") from None
-            if word_id < 0:
-                raise VocabularyError(f"{path}:{lineno}: id {word_id} is negative")
-            if word_id in by_id:
-                raise VocabularyError(f"{path}:{lineno}: id {word_id} used for {by_id[word_id]!r} and {word!r}")
-            by_id[word_id] = word
-        if not by_id:
-            raise VocabularyError(f"{path}: symbol table is empty")
-        words = [""] * (max(by_id) + 1)
-        for word_id, word in by_id.items():
-            words[word_id] = word
-        present = set(by_id.values())
+        words = parse_symbol_table(text, source=str(path))
+        present = {w for w in words if w}
         for special in (BOS, EOS):
             if special not in present:
                 words.append(special)
@@ -179,6 +158,37 @@ class Vocabulary:
         """Per id: may the model assign it probability? False for gaps, ``<s>``, ``<eps>``, ``#k``."""
         blocked = {BOS, "<eps>"}
         return [bool(w) and w not in blocked and not _is_disambig(w) for w in self.words]
+
+
+def parse_symbol_table(text: str, source: str = "symbol table") -> list[str]:
+    """Parse Kaldi ``words.txt`` text (``WORD ID`` per line) into an id-indexed list.
+
+    ``result[i]`` is the word with id ``i``; ids the table skips hold ``""``. Errors name the
+    source and line.
+    """
+    by_id: dict[int, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 2:
+            raise VocabularyError(f"{source}:{lineno}: expected 'WORD ID', got {line!r}")
+        word, raw_id = fields
+        try:
+            word_id = int(raw_id)
+        except ValueError:
+            raise VocabularyError(f"{source}:{lineno}: id {raw_id!r} is not an integer") from None
+        if word_id < 0:
+            raise VocabularyError(f"{source}:{lineno}: id {word_id} is negative")
+        if word_id in by_id:
+            raise VocabularyError(f"{source}:{lineno}: id {word_id} used for {by_id[word_id]!r} and {word!r}")
+        by_id[word_id] = word
+    if not by_id:
+        raise VocabularyError(f"{source}: symbol table is empty")
+    words = [""] * (max(by_id) + 1)
+    for word_id, word in by_id.items():
+        words[word_id] = word
+    return words
 
 
 def _is_disambig(word: str) -> bool:
