@@ -263,6 +263,12 @@ class Lattice:
     def _arcs_by_src(self) -> Tensor:
         return torch.argsort(self.src, stable=True)
 
+    @cached_property
+    def out_degree(self) -> Tensor:
+        """int64 ``(S,)``: number of arcs leaving each state."""
+        return torch.zeros(self.num_states, dtype=torch.int64, device=self.device).index_add_(
+            0, self.src, torch.ones_like(self.src))
+
     # ------------------------------------------------------------------ derived lattices
     def subset(self, keep_arcs: Tensor) -> Lattice:
         """The lattice with only the arcs where ``keep_arcs`` (bool ``(A,)``) is True, then trimmed:
@@ -272,7 +278,7 @@ class Lattice:
         return kept._trim()
 
     def _select_arcs(self, index: Tensor) -> Lattice:
-        extra = {k: _take(v, index) for k, v in self.arc_extra.items()}
+        extra = {k: take_extra(v, index) for k, v in self.arc_extra.items()}
         return self.replace(src=self.src[index], dst=self.dst[index], words=self.words[index],
                             acoustic=self.acoustic[index], graph=self.graph[index], arc_extra=extra)
 
@@ -290,8 +296,8 @@ class Lattice:
             num_states=int(alive.sum()), start=int(new_id[self.start]),
             src=new_id[trimmed.src], dst=new_id[trimmed.dst], finals=new_id[self.finals[final_index]],
             final_acoustic=self.final_acoustic[final_index], final_graph=self.final_graph[final_index],
-            state_extra={k: _take(v, state_index) for k, v in self.state_extra.items()},
-            final_extra={k: _take(v, final_index) for k, v in self.final_extra.items()})
+            state_extra={k: take_extra(v, state_index) for k, v in self.state_extra.items()},
+            final_extra={k: take_extra(v, final_index) for k, v in self.final_extra.items()})
 
     def final_weights(self) -> tuple[Tensor, Tensor]:
         """Per-state final weights: float64 ``(S,)`` acoustic and graph, ``-inf`` at non-final states."""
@@ -304,6 +310,7 @@ class Lattice:
 
 def _arcs_leaving(sorted_src: Tensor, order: Tensor, states: Tensor) -> Tensor:
     """Arc ids leaving ``states``, given arcs sorted by source (``order``, ``sorted_src``)."""
+    states = states.contiguous()
     lo = torch.searchsorted(sorted_src, states)
     hi = torch.searchsorted(sorted_src, states, right=True)
     counts = hi - lo
@@ -315,7 +322,8 @@ def _arcs_leaving(sorted_src: Tensor, order: Tensor, states: Tensor) -> Tensor:
     return order[starts + offsets]
 
 
-def _take(values: Any, index: Tensor) -> Any:
+def take_extra(values: Any, index: Tensor) -> Any:
+    """Entries ``index`` of a per-arc/per-state extra (a tensor or a tuple)."""
     if isinstance(values, Tensor):
         return values[index.to(values.device)]
     return tuple(values[i] for i in index.tolist())

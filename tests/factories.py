@@ -79,3 +79,47 @@ def patterned_sentences(count: int, seed: int = 0) -> list[list[str]]:
             words += ["and", "the", noun, verb]
         out.append(words)
     return out
+
+
+LATTICE_SYMBOLS = ("<eps>", *WORDS, "!SIL", "<s>", "</s>", "zebra")  # zebra is OOV for tiny_vocab()
+
+
+def random_lattice(seed: int, num_states: int = 7, extra_arcs: int = 6, key: str = "rand",
+                   symbols: tuple[str, ...] = LATTICE_SYMBOLS):
+    """A random acyclic lattice: a chain 0 -> 1 -> ... -> n-1 plus random forward arcs, words
+    drawn from ``symbols`` (epsilons, silence, <s>/</s>, an OOV word included), two final states."""
+    from lattices.lattice import Lattice
+
+    rng = random.Random(seed)
+    arcs = []
+
+    def arc(s, d):
+        word = rng.randrange(len(symbols)) if rng.random() > 0.15 else 0
+        arcs.append((s, d, word, -rng.uniform(0, 30), -rng.uniform(0, 5)))
+
+    for s in range(num_states - 1):
+        arc(s, s + 1)
+    for _ in range(extra_arcs):
+        s = rng.randrange(num_states - 1)
+        arc(s, rng.randrange(s + 1, num_states))
+    finals = {num_states - 1: (0.0, 0.0), num_states - 2: (-rng.uniform(0, 2), -rng.uniform(0, 1))}
+    return Lattice.from_arcs(key, arcs, finals, symbols)
+
+
+def all_paths(lattice):
+    """Every complete path as (arc list, final index) by depth-first search (small lattices only)."""
+    out_arcs = {}
+    for a, s in enumerate(lattice.src.tolist()):
+        out_arcs.setdefault(s, []).append(a)
+    final_pos = {s: i for i, s in enumerate(lattice.finals.tolist())}
+    dst = lattice.dst.tolist()
+    paths = []
+
+    def walk(state, arcs):
+        if state in final_pos:
+            paths.append((list(arcs), final_pos[state]))
+        for a in out_arcs.get(state, []):
+            walk(dst[a], arcs + [a])
+
+    walk(lattice.start, [])
+    return paths

@@ -1,0 +1,177 @@
+"""Exact expansion of a lattice to order rho+1.
+
+Every expanded state is a pair (original state, history), the history being the last ``rho``
+language-model tokens on the path so far, ``<s>`` included while the sentence start is within
+reach. Two paths meet in an expanded state only if a rho-context model cannot tell their
+futures apart, so every path of the original lattice is a path of the expanded one with the
+same words and its exact LM probability is the sum of independent per-arc scores.
+
+Symbols:
+  * LM words: every lattice word the model scores (out-of-vocabulary words are scored as the
+    model's ``<unk>``, like ``afp score`` does).
+  * Skipped symbols carry the history unchanged and get no LM score: epsilon (id 0), ``!NULL``,
+    ``<s>`` and ``</s>`` written in the lattice (the model's own ``<s>`` starts every history and
+    its ``</s>`` is scored at every final state), and non-speech tokens such as ``!SIL``,
+    ``<sil>``, ``[noise]``, ``<SPOKEN_NOISE>``, ``!ENTER``/``!EXIT`` (:data:`DEFAULT_SKIP`).
+
+The expansion runs level by level over the original states in topological order, on whole
+tensors on the lattice's device (no per-arc Python loop): each level takes the (state, history)
+pairs that arrive from earlier levels, merges duplicates with ``torch.unique`` and emits the
+successors of the new states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lattices.lattice import Lattice
+
+PAD = -1
+
+#: symbols that are not words for the language model (matched case-sensitively)
+DEFAULT_SKIP = frozenset({
+    "<eps>", "!NULL", "<s>", "</s>", "!ENTER", "!EXIT", "!SIL", "!sil", "<sil>", "<SIL>", "sil", "SIL",
+    "[noise]", "[NOISE]", "<noise>", "<NOISE>", "[laughter]", "[LAUGHTER]", "<SPOKEN_NOISE>", "[vocalized-noise]",
+    "<v-noise>", "[breath]", "[BREATH]", "#0",
+})
+
+
+class ExpansionTooLarge(ValueError):
+    """The expanded lattice would exceed the arc budget."""
+
+    def __init__(self, key: str, budget: int, reached: int, rho: int) -> None:
+        self.key, self.budget, self.reached, self.rho = key, budget, reached, rho
+        super().__init__(f"lattice {key!r}: expansion to order {rho + 1} exceeds the budget of {budget} arcs "
+                         f"({reached} arcs and growing); prune the lattice or raise max_expanded_arcs")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A lattice expanded to order rho+1 (``E`` expanded states, ``X`` expanded arcs).
+
+    Attributes:
+      lattice: the original lattice.
+      rho: history length.
+      state_orig: int64 ``(E,)`` original state of each expanded state; state 0 is the start.
+      state_history: int64 ``(E, rho)`` history of each state: model ids, right-aligned, ``PAD``
+        (-1) on the left.
+      src, dst: int64 ``(X,)`` expanded states of each arc, ``src`` in topological order.
+      arc_orig: int64 ``(X,)`` original arc of each expanded arc.
+      arc_lm_word: int64 ``(X,)`` model id the arc's word is scored as, ``PAD`` for skipped symbols.
+      finals: int64 ``(G,)`` expanded states whose original state is final.
+      final_orig: int64 ``(G,)`` index into ``lattice.finals`` of each.
+    """
+
+    lattice: Lattice
+    rho: int
+    state_orig: Tensor
+    state_history: Tensor
+    src: Tensor
+    dst: Tensor
+    arc_orig: Tensor
+    arc_lm_word: Tensor
+    finals: Tensor
+    final_orig: Tensor
+
+    @property
+    def num_states(self) -> int:
+        return int(self.state_orig.shape[0])
+
+    @property
+    def num_arcs(self) -> int:
+        return int(self.src.shape[0])
+
+
+def word_map(symbols: Sequence[str], word_ids: Tensor, skip: Iterable[str] = DEFAULT_SKIP) -> Tensor:
+    """int64 ``(len(symbols),)``: model id of each lattice symbol, ``PAD`` for skipped ones.
+
+    ``word_ids`` holds the model's id for every symbol (from ``ContextScorer.word_ids``).
+    """
+    skip = set(skip)
+    mapping = word_ids.to(torch.int64).clone()
+    skipped = [i for i, s in enumerate(symbols) if i == 0 or s in skip or not s]
+    mapping[torch.tensor(skipped, dtype=torch.int64, device=mapping.device)] = PAD
+    return mapping
+
+
+def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
+           max_arcs: int | None = None) -> Expansion:
+    """Expand ``lattice`` so that every state knows its last ``rho`` LM tokens.
+
+    Args:
+      lm_word_of_symbol: int64 ``(len(lattice.symbols),)`` from :func:`word_map`.
+      rho: the model's context size (>= 1).
+      bos_id: the model's ``<s>`` id; every history starts with it.
+      max_arcs: raise :class:`ExpansionTooLarge` once the expansion has more arcs than this.
+    """
+    if rho < 1:
+        raise ValueError(f"rho must be at least 1, got {rho}")
+    device = lattice.device
+    mapping = lm_word_of_symbol.to(device)
+    levels = lattice.levels
+    num_levels = int(levels.max()) + 1
+    arc_word = mapping[lattice.words]
+
+    start_history = torch.full((1, rho), PAD, dtype=torch.int64, device=device)
+    start_history[0, -1] = bos_id
+    state_orig = [torch.tensor([lattice.start], device=device)]
+    state_history = [start_history]
+    src_parts, dst_parts, arc_parts = [], [], []
+    # arcs waiting for their destination's level: per level, lists of (src id, orig arc, dst orig, history)
+    pending: list[list[tuple[Tensor, Tensor, Tensor, Tensor]]] = [[] for _ in range(num_levels)]
+    num_states, num_arcs = 1, 0
+
+    def emit(ids: Tensor, orig: Tensor, history: Tensor) -> None:
+        """Queue the successors of new expanded states ``ids`` (orig states ``orig``, ``history``)."""
+        arcs = lattice.arcs_leaving(orig)
+        if arcs.numel() == 0:
+            return
+        counts = lattice.out_degree[orig]
+        owner = torch.repeat_interleave(torch.arange(ids.shape[0], device=device), counts)
+        word = arc_word[arcs]
+        shifted = torch.cat([history[owner, 1:], word.unsqueeze(1)], dim=1)
+        new_history = torch.where((word >= 0).unsqueeze(1), shifted, history[owner])
+        dst = lattice.dst[arcs]
+        dst_level = levels[dst]
+        order = torch.argsort(dst_level, stable=True)
+        level_values, level_counts = torch.unique_consecutive(dst_level[order], return_counts=True)
+        for level, chunk in zip(level_values.tolist(), torch.split(order, level_counts.tolist())):
+            pending[level].append((ids[owner[chunk]], arcs[chunk], dst[chunk], new_history[chunk]))
+
+    emit(torch.zeros(1, dtype=torch.int64, device=device), state_orig[0], start_history)
+    for level in range(1, num_levels):
+        if not pending[level]:
+            continue
+        src_ids, arcs, dst, history = (torch.cat(parts) for parts in zip(*pending[level]))
+        pending[level] = []
+        keys = torch.cat([dst.unsqueeze(1), history], dim=1)
+        unique_keys, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        new_ids = torch.arange(num_states, num_states + unique_keys.shape[0], device=device)
+        num_states += unique_keys.shape[0]
+        src_parts.append(src_ids)
+        dst_parts.append(new_ids[inverse])
+        arc_parts.append(arcs)
+        num_arcs += arcs.shape[0]
+        if max_arcs is not None and num_arcs > max_arcs:
+            raise ExpansionTooLarge(lattice.key, max_arcs, num_arcs, rho)
+        state_orig.append(unique_keys[:, 0])
+        state_history.append(unique_keys[:, 1:])
+        emit(new_ids, unique_keys[:, 0], unique_keys[:, 1:])
+
+    state_orig_t = torch.cat(state_orig)
+    empty = torch.zeros(0, dtype=torch.int64, device=device)
+    src = torch.cat(src_parts) if src_parts else empty
+    arc_orig = torch.cat(arc_parts) if arc_parts else empty
+    order = torch.argsort(src, stable=True)  # arcs grouped by source, sources in topological order
+    final_position = torch.full((lattice.num_states,), -1, dtype=torch.int64, device=device)
+    final_position[lattice.finals] = torch.arange(lattice.finals.shape[0], device=device)
+    is_final = final_position[state_orig_t] >= 0
+    finals = is_final.nonzero().squeeze(1)
+    return Expansion(
+        lattice=lattice, rho=rho, state_orig=state_orig_t, state_history=torch.cat(state_history),
+        src=src[order], dst=(torch.cat(dst_parts) if dst_parts else empty)[order], arc_orig=arc_orig[order],
+        arc_lm_word=arc_word[arc_orig[order]], finals=finals, final_orig=final_position[state_orig_t[finals]])
