@@ -131,7 +131,7 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
         if arcs.numel() == 0:
             return
         counts = lattice.out_degree[orig]
-        owner = torch.repeat_interleave(torch.arange(ids.shape[0], device=device), counts)
+        owner = torch.repeat_interleave(torch.arange(ids.shape[0], device=device), counts, output_size=arcs.shape[0])
         word = arc_word[arcs]
         shifted = torch.cat([history[owner, 1:], word.unsqueeze(1)], dim=1)
         new_history = torch.where((word >= 0).unsqueeze(1), shifted, history[owner])

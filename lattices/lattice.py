@@ -131,7 +131,9 @@ class Lattice:
         return self.src.device
 
     def to(self, device: torch.device | str) -> Lattice:
-        """The same lattice with its tensors on ``device``."""
+        """The same lattice with its tensors on ``device`` (itself when they are there already)."""
+        if torch.device(device) == self.device or (torch.device(device).type == self.device.type == "cpu"):
+            return self
         names = ("src", "dst", "words", "acoustic", "graph", "finals", "final_acoustic", "final_graph")
         return self.replace(**{n: getattr(self, n).to(device) for n in names})
 
@@ -193,28 +195,29 @@ class Lattice:
         levels = self._compute_levels()
         if levels is None:
             fail("has a cycle; lattices must be acyclic")
-        reach = self._reachable(forward=True)
+        reach = self._reachable(forward=True, levels=levels)
         if not bool(reach.all()):
             fail(f"state {int((~reach).nonzero()[0])} is unreachable from the start state {self.start}")
-        coreach = self._reachable(forward=False)
+        coreach = self._reachable(forward=False, levels=levels)
         if not bool(coreach.all()):
             fail(f"state {int((~coreach).nonzero()[0])} is dead: no path from it reaches a final state")
         return self
 
-    def _reachable(self, forward: bool) -> Tensor:
-        """bool ``(S,)``: states reachable from the start (or reaching a final state when not ``forward``)."""
-        src, dst = (self.src, self.dst) if forward else (self.dst, self.src)
+    def _reachable(self, forward: bool, levels: Tensor | None = None) -> Tensor:
+        """bool ``(S,)``: states reachable from the start (or reaching a final state when not ``forward``).
+
+        One step per level of an acyclic lattice, each over that level's arcs only."""
+        levels = self.levels if levels is None else levels
         mark = torch.zeros(self.num_states, dtype=torch.bool, device=self.device)
         if forward:
             mark[self.start] = True
+            groups, frm, to = group_by(levels[self.src]), self.src, self.dst
         else:
             mark[self.finals] = True
-        while True:
-            grown = mark.clone()
-            grown[dst[mark[src]]] = True
-            if torch.equal(grown, mark):
-                return mark
-            mark = grown
+            groups, frm, to = reversed(group_by(levels[self.dst])), self.dst, self.src
+        for arcs in groups:
+            mark[to[arcs[mark[frm[arcs]]]]] = True
+        return mark
 
     # ------------------------------------------------------------------ topology
     def _compute_levels(self) -> Tensor | None:
@@ -308,6 +311,15 @@ class Lattice:
         return acoustic, graph
 
 
+def group_by(key: Tensor) -> list[Tensor]:
+    """Arc ids grouped by ``key`` (ascending), one tensor per distinct key."""
+    if key.numel() == 0:
+        return []
+    order = torch.argsort(key, stable=True)
+    _, counts = torch.unique_consecutive(key[order], return_counts=True)
+    return list(torch.split(order, counts.tolist()))
+
+
 def _arcs_leaving(sorted_src: Tensor, order: Tensor, states: Tensor) -> Tensor:
     """Arc ids leaving ``states``, given arcs sorted by source (``order``, ``sorted_src``)."""
     states = states.contiguous()
@@ -317,8 +329,9 @@ def _arcs_leaving(sorted_src: Tensor, order: Tensor, states: Tensor) -> Tensor:
     total = int(counts.sum())
     if total == 0:
         return order[:0]
-    starts = torch.repeat_interleave(lo, counts)
-    offsets = torch.arange(total, device=states.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    starts = torch.repeat_interleave(lo, counts, output_size=total)
+    offsets = torch.arange(total, device=states.device) - torch.repeat_interleave(
+        torch.cumsum(counts, 0) - counts, counts, output_size=total)
     return order[starts + offsets]
 
 

@@ -8,12 +8,13 @@ per level, never a Python loop over arcs, on whatever device the tensors live on
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 from torch import Tensor
+
+from lattices.lattice import group_by
 
 NEG_INF = -math.inf
 
@@ -48,11 +49,11 @@ class Dag:
 
     @cached_property
     def _by_dst_level(self) -> list[Tensor]:
-        return _group(self.level[self.dst])
+        return group_by(self.level[self.dst])
 
     @cached_property
     def _by_src_level(self) -> list[Tensor]:
-        return list(reversed(_group(self.level[self.src])))
+        return list(reversed(group_by(self.level[self.src])))
 
     def _final_vector(self) -> Tensor:
         out = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
@@ -146,15 +147,6 @@ class Dag:
         return ends[top], paths
 
 
-def _group(key: Tensor) -> list[Tensor]:
-    """Arc ids grouped by ``key`` (ascending), one tensor per distinct key."""
-    if key.numel() == 0:
-        return []
-    order = torch.argsort(key, stable=True)
-    _, counts = torch.unique_consecutive(key[order], return_counts=True)
-    return list(torch.split(order, counts.tolist()))
-
-
 def _scatter_max(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
     return target.scatter_reduce(0, index, values, reduce="amax", include_self=True)
 
@@ -170,6 +162,3 @@ def segment_logsumexp(values: Tensor, index: Tensor, size: int) -> Tensor:
     """float ``(size,)``: log-sum-exp of ``values`` grouped by ``index`` (``-inf`` for empty groups)."""
     start = torch.full((size,), NEG_INF, dtype=values.dtype, device=values.device)
     return _scatter_logsumexp(start, index, values)
-
-
-Reducer = Callable[[Tensor, Tensor, Tensor], Tensor]

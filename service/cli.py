@@ -146,6 +146,61 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(json.dumps({"out": args.out, "epochs": result.epochs_run, "best_valid_ppl": result.best_valid_ppl}))
 
 
+def cmd_rescore(args: argparse.Namespace) -> None:
+    from lattices.rescore import RescoreOptions
+    from lm.scorer import LMScorer
+    from service.batch import (Failure, default_shard, iter_lattices, output_format, parse_shard, rescore_all,
+                               write_rescored)
+
+    symbols = _read_symbols(args.words) if args.words else None
+    shard = parse_shard(args.shard) if args.shard else default_shard()
+    options = RescoreOptions(
+        lm_weights=tuple(args.lm_weight or [1.0]), acoustic_scale=args.acoustic_scale,
+        old_lm_weight=args.old_lm_weight, word_penalty=args.word_penalty, nbest=args.nbest,
+        max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam, posteriors=args.posteriors,
+        return_lattice=args.out is not None)
+    loaded = _load(args.model, args.device)
+    scorer = LMScorer(loaded)
+    rescored, failed = [], 0
+    lattices = iter_lattices(args.inputs, args.format, symbols, shard)
+    first = None
+    for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type):
+        if isinstance(lattice_results, Failure):  # this lattice failed; the job goes on
+            failed += 1
+            print(json.dumps(lattice_results.to_json()) if args.json else f"{lattice_results.key}\tERROR", flush=True)
+            print(f"afp: error: {lattice_results.message}", file=sys.stderr)
+            continue
+        for result in lattice_results:
+            if args.json:
+                print(json.dumps(result.to_json()), flush=True)
+            else:
+                prefix = f"{result.lm_weight:g}\t" if len(options.lm_weights) > 1 else ""
+                print(f"{prefix}{result.key} {' '.join(result.best.words)}".rstrip(), flush=True)
+        if args.out is not None:
+            first = first or lattice_results[0].lattice
+            rescored.append(lattice_results[0].lattice)
+    if args.out is not None and rescored:
+        out = args.out if shard[1] == 1 or args.shard else f"{args.out}.{shard[0]}"
+        write_rescored(out, rescored, output_format(args.format, first))
+    if failed:
+        raise CLIError(f"{failed} lattice(s) could not be rescored (see above)")
+
+
+def _read_symbols(path: str) -> list[str]:
+    from lm.vocab import parse_symbol_table
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CLIError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CLIError(f"{path}: cannot read: {err}") from None
+    words = parse_symbol_table(text, source=path)
+    if words[0] != "<eps>":
+        raise CLIError(f"{path}: id 0 must be <eps>, got {words[0]!r}")
+    return words
+
+
 def _read_json(path: str) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -200,6 +255,27 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="JSON output")
         p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
         p.set_defaults(func=func)
+
+    p = sub.add_parser("rescore", help="rescore lattices exactly with an AFP model",
+                       description="Rescore lattices exactly. INPUT: files (gzip or not), '-' for stdin, or Kaldi "
+                                   "specifiers ark:FILE, ark,t:FILE, ark:- and 'ark:COMMAND |'.")
+    with_model(p)
+    p.add_argument("inputs", nargs="+", metavar="INPUT")
+    p.add_argument("--format", default="auto", choices=["auto", "kaldi", "htk", "k2", "openfst", "json"])
+    p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
+    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
+    p.add_argument("--lm-weight", type=float, action="append",
+                   help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
+    p.add_argument("--old-lm-weight", type=float, default=0.0, help="0 replaces the old LM, 1 keeps it")
+    p.add_argument("--acoustic-scale", type=float, help="default: 1/lmscale from the header, else 0.1")
+    p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
+    p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first")
+    p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs)")
+    p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
+    p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
+    p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
+    p.add_argument("--out", metavar="PATH", help="write the rescored lattices here, in the input format")
+    p.set_defaults(func=cmd_rescore)
 
     p = sub.add_parser("train", help="train a language model", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')

@@ -1,0 +1,159 @@
+"""Batch rescoring jobs: read lattice inputs, shard them, rescore, write results.
+
+Inputs are files or Kaldi-style specifiers:
+
+  ``PATH`` / ``ark:PATH`` / ``ark,t:PATH``   a file (gzip or not)
+  ``-`` / ``ark:-``                          standard input
+  ``ark:CMD |``                              the output of a shell command (Kaldi's rxfilename pipe)
+
+Kaldi archives are text (``ark,t``); a binary archive gets an error that says how to convert it.
+Sharding: ``shard=(i, n)`` keeps the lattices whose running index (over all inputs, in order) is
+``i`` modulo ``n``; under ``torchrun`` the rank and world size choose the shard by default.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lattices.expand import ExpansionTooLarge
+from lattices.formats import read_lattices, write_lattices
+from lattices.lattice import Lattice, LatticeFormatError
+from lattices.rescore import RescoreOptions, RescoreResult, rescore
+from lattices.scorer import ContextScorer
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A parsed input specifier."""
+
+    kind: str  # "file", "stdin" or "pipe"
+    target: str
+
+    @classmethod
+    def parse(cls, spec: str) -> InputSpec:
+        body = spec
+        if ":" in spec and spec.split(":", 1)[0].split(",")[0] in ("ark", "scp"):
+            prefix, body = spec.split(":", 1)
+            if prefix.startswith("scp"):
+                raise ValueError(f"{spec}: scp: specifiers are not supported; give the archive itself (ark:...)")
+        if body == "-":
+            return cls("stdin", "-")
+        if body.rstrip().endswith("|"):
+            return cls("pipe", body.rstrip()[:-1].strip())
+        return cls("file", body)
+
+    def read(self) -> bytes:
+        if self.kind == "stdin":
+            return sys.stdin.buffer.read()
+        if self.kind == "pipe":
+            done = subprocess.run(self.target, shell=True, capture_output=True, check=False)
+            if done.returncode != 0:
+                raise ValueError(f"command {self.target!r} failed ({done.returncode}): "
+                                 f"{done.stderr.decode(errors='replace')[-500:]}")
+            return done.stdout
+        try:
+            return Path(self.target).read_bytes()
+        except FileNotFoundError:
+            raise ValueError(f"{self.target}: no such file") from None
+        except OSError as err:
+            raise ValueError(f"{self.target}: cannot read: {err.strerror}") from None
+
+    @property
+    def name(self) -> str:
+        return {"stdin": "<stdin>", "pipe": f"<{self.target}>"}.get(self.kind, self.target)
+
+
+def default_shard() -> tuple[int, int]:
+    """``(rank, world_size)`` under torchrun, else ``(0, 1)``."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected i/n, e.g. 0/4") from None
+    if not 0 <= index < count:
+        raise ValueError(f"--shard {text!r}: need 0 <= i < n")
+    return index, count
+
+
+def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None = None,
+                  shard: tuple[int, int] = (0, 1)) -> Iterator[Lattice]:
+    """Lattices of all inputs in order, only this shard's."""
+    index = 0
+    for spec_text in inputs:
+        spec = InputSpec.parse(spec_text)
+        for lattice in read_lattices(spec.read(), fmt, symbols, source=spec.name):
+            if index % shard[1] == shard[0]:
+                yield lattice
+            index += 1
+
+
+def output_format(fmt: str, first: Lattice | None) -> str:
+    """The format rescored lattices are written in: the input's (guessed from meta for 'auto')."""
+    if fmt != "auto" or first is None:
+        return fmt
+    meta = first.meta
+    if "kaldi_type" in meta:
+        return "kaldi"
+    if "htk_words_on" in meta:
+        return "htk"
+    if "openfst_type" in meta:
+        return "openfst"
+    if any(k.startswith("k2") for k in meta):
+        return "k2"
+    return "json"
+
+
+def write_rescored(path: str | Path, lattices: Sequence[Lattice], fmt: str) -> list[Path]:
+    """Write rescored lattices: one archive/file for Kaldi, k2 and JSON; for HTK and OpenFst (one
+    lattice per file) ``path`` is a directory receiving ``<key>.lat`` files."""
+    path = Path(path)
+    if fmt in ("htk", "openfst"):
+        path.mkdir(parents=True, exist_ok=True)
+        written = []
+        for lattice in lattices:
+            name = "".join(c if c.isalnum() or c in "._-" else "_" for c in lattice.key) or "lattice"
+            target = path / f"{name}.{'lat' if fmt == 'htk' else 'fst.txt'}"
+            target.write_bytes(write_lattices([lattice], fmt))
+            written.append(target)
+        return written
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(write_lattices(lattices, fmt))
+    return [path]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A lattice that could not be rescored (over the expansion budget, nothing left after pruning)."""
+
+    key: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"key": self.key, "error": self.message}
+
+
+def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: RescoreOptions,
+                device: str | None = None, progress: bool | None = None) -> Iterator[list[RescoreResult] | Failure]:
+    """Rescore lattice after lattice (one result per LM weight each), with a progress bar. A
+    lattice that cannot be rescored yields a :class:`Failure` and the job goes on."""
+    from tqdm import tqdm
+
+    show = sys.stderr.isatty() if progress is None else progress
+    for lattice in tqdm(lattices, desc="rescoring", unit="lattice", disable=not show):
+        try:
+            yield rescore(lattice, scorer, options, device=device)
+        except (ExpansionTooLarge, LatticeFormatError) as err:
+            yield Failure(lattice.key, str(err))
+
+
+__all__ = ["Failure", "InputSpec", "default_shard", "iter_lattices", "output_format", "parse_shard", "rescore_all",
+           "write_rescored"]
