@@ -23,7 +23,7 @@ from lattices.lattice import Lattice, LatticeFormatError
 FORMATS = ("kaldi", "htk", "k2", "openfst", "json")
 
 
-def _text(data: bytes | str, source: str | None) -> str:
+def _decode(data: bytes | str, source: str | None) -> str:
     if isinstance(data, str):
         return data
     try:
@@ -76,21 +76,21 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
     if fmt == "kaldi":
         from lattices.formats.kaldi import read_kaldi
 
-        return read_kaldi(_text(data, source), symbols, source)
+        return read_kaldi(_decode(data, source), symbols, source)
     if fmt == "htk":
         from lattices.formats.htk import read_htk
 
-        return [read_htk(_text(data, source), source)]
+        return [read_htk(_decode(data, source), source)]
     if fmt == "openfst":
         from lattices.formats.openfst import read_openfst
 
-        return [read_openfst(_text(data, source), symbols, source, key=key)]
+        return [read_openfst(_decode(data, source), symbols, source, key=key)]
     if fmt == "k2":
         from lattices.formats.k2 import load_k2_bytes
 
         return load_k2_bytes(data if isinstance(data, bytes) else data.encode(), symbols, source, key=key)
     if fmt == "json":
-        return read_json_lattices(_text(data, source), source)
+        return read_json_lattices(_decode(data, source), source)
     raise LatticeFormatError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)} or auto", source=source)
 
 
