@@ -1,0 +1,134 @@
+"""``afp rescore``: the batch command's contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lattices.formats import read_lattice_file
+from service.cli import main
+from tests.factories import saved_model, tiny_vocab
+
+REPO = Path(__file__).resolve().parents[2]
+
+# two Kaldi CompactLattices: "the cat sat" vs "a cat sat"; "the dog ran" (costs: graph,acoustic,)
+ARCHIVE = """utt1
+0 1 the 1.5,10,
+0 1 a 1.0,12,
+1 2 cat 0.5,8,
+2 3 sat 0.5,9,
+3 0,0,
+
+utt2
+0 1 the 1,10,
+1 2 dog 2,11,
+2 3 !SIL 0,3,
+3 4 ran 1,7,
+4
+
+"""
+
+
+@pytest.fixture()
+def model_dir(tmp_path):
+    return saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+
+
+@pytest.fixture()
+def archive(tmp_path):
+    path = tmp_path / "lats.txt"
+    path.write_text(ARCHIVE)
+    return path
+
+
+def run(capsys, argv, status=0):
+    assert main(argv) == status
+    captured = capsys.readouterr()
+    return [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")], captured
+
+
+def test_json_lines_have_the_contract_fields(capsys, model_dir, archive):
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--format", "kaldi", f"ark,t:{archive}",
+                           "--json", "--nbest", "3"])
+    assert [r["key"] for r in rows] == ["utt1", "utt2"]
+    for row in rows:
+        for field in ("key", "best", "nbest", "expanded_states", "expanded_arcs", "pruned", "seconds"):
+            assert field in row
+        assert set(row["best"]) >= {"words", "score", "lm_logprob", "acoustic", "old_lm"}
+        assert row["nbest"][0] == row["best"]
+    assert {tuple(h["words"]) for h in rows[0]["nbest"]} == {("the", "cat", "sat"), ("a", "cat", "sat")}
+    assert rows[1]["best"]["words"] == ["the", "dog", "ran"]  # !SIL is not a word for the LM
+    assert rows[0]["pruned"] is None
+
+
+def test_lm_logprob_is_what_afp_score_gives(capsys, tmp_path, model_dir, archive):
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--json", "--nbest", "2"])
+    hyps = [h for row in rows for h in row["nbest"]]
+    text = tmp_path / "hyps.txt"
+    text.write_text("".join(" ".join(h["words"]) + "\n" for h in hyps))
+    scored, _ = run(capsys, ["score", "--model", str(model_dir), "--text", str(text), "--json"])
+    for hyp, row in zip(hyps, scored):
+        assert hyp["lm_logprob"] == pytest.approx(row["logprob"], abs=1e-4)
+
+
+def test_plain_output_shards_and_several_lm_weights(capsys, model_dir, archive):
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(archive)])
+    assert captured.out.splitlines()[1] == "utt2 the dog ran"
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--shard", "1/2"])
+    assert captured.out.splitlines() == ["utt2 the dog ran"]
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--json",
+                           "--lm-weight", "0", "--lm-weight", "2"])
+    assert [(r["key"], r["lm_weight"]) for r in rows] == [("utt1", 0.0), ("utt1", 2.0), ("utt2", 0.0), ("utt2", 2.0)]
+    # with the LM weight 0 (and old LM weight 0) only acoustics count: "the" (10) beats "a" (12)
+    assert rows[0]["best"]["words"] == ["the", "cat", "sat"]
+    assert rows[0]["best"]["score"] == pytest.approx(-0.1 * (10 + 8 + 9), abs=1e-9)
+
+
+def test_out_writes_rescored_archive(capsys, tmp_path, model_dir, archive):
+    out = tmp_path / "rescored.txt"
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--json", "--out", str(out)])
+    lattices = read_lattice_file(out, "kaldi")
+    assert [lat.key for lat in lattices] == ["utt1", "utt2"]
+    assert [lat.num_arcs for lat in lattices] == [r["expanded_arcs"] for r in rows]
+    assert lattices[0].meta["kaldi_type"] == "CompactLattice"
+
+
+def test_stdin_and_pipe_specifiers(model_dir, archive):
+    command = [sys.executable, "-m", "service.cli", "rescore", "--model", str(model_dir)]
+    piped = subprocess.run([*command, "ark:-"], input=ARCHIVE, text=True, capture_output=True, cwd=REPO, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    shell = subprocess.run([*command, f"ark:cat {archive} |"], text=True, capture_output=True, cwd=REPO, timeout=120)
+    assert shell.returncode == 0, shell.stderr
+    assert piped.stdout == shell.stdout and piped.stdout.count("\n") == 2
+
+
+def test_integer_ids_with_words_table(capsys, tmp_path, model_dir):
+    vocab = tiny_vocab()
+    table = tmp_path / "words.txt"
+    words = ["<eps>"] + [w for w in vocab.words if w not in ("<s>", "</s>", "<unk>")]
+    table.write_text("".join(f"{w} {i}\n" for i, w in enumerate(words)))
+    ids = {w: i for i, w in enumerate(words)}
+    lattice = tmp_path / "int.lat"
+    lattice.write_text(f"u\n0 1 {ids['big']} 1,2,\n1 2 {ids['dog']} 1,2,\n2 0,0,\n\n")
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--words", str(table), str(lattice)])
+    assert captured.out.strip() == "u big dog"
+
+
+def test_malformed_input_names_line_and_field(capsys, tmp_path, model_dir):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("utt1\n0 1 the 1.5,zz,\n1 0,0,\n")
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--format", "kaldi", str(bad)], status=2)
+    assert captured.err.startswith("afp: error:") and "bad.txt:2" in captured.err and "Traceback" not in captured.err
+
+
+def test_budget_overflow_reports_and_goes_on(capsys, model_dir, archive):
+    # utt1 expands to 6 arcs with rho=2 ([the cat], [a cat] stay apart), utt2 to 4
+    rows, captured = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--json", "--max-arcs", "5"],
+                         status=2)
+    assert [r["key"] for r in rows] == ["utt1", "utt2"]
+    assert "budget of 5 arcs" in rows[0]["error"] and rows[1]["expanded_arcs"] == 4
+    assert "1 lattice(s) could not be rescored" in captured.err
