@@ -147,18 +147,13 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
-    from lattices.rescore import RescoreOptions
     from lm.scorer import LMScorer
     from service.batch import (Failure, default_shard, iter_lattices, output_format, parse_shard, rescore_all,
                                write_rescored)
 
     symbols = _read_symbols(args.words) if args.words else None
     shard = parse_shard(args.shard) if args.shard else default_shard()
-    options = RescoreOptions(
-        lm_weights=tuple(args.lm_weight or [1.0]), acoustic_scale=args.acoustic_scale,
-        old_lm_weight=args.old_lm_weight, word_penalty=args.word_penalty, nbest=args.nbest,
-        max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam, posteriors=args.posteriors,
-        return_lattice=args.out is not None)
+    options = _rescore_options(args, return_lattice=args.out is not None)
     loaded = _load(args.model, args.device)
     scorer = LMScorer(loaded)
     rescored, failed = [], 0
@@ -184,6 +179,40 @@ def cmd_rescore(args: argparse.Namespace) -> None:
         write_rescored(out, rescored, output_format(args.format, first))
     if failed:
         raise CLIError(f"{failed} lattice(s) could not be rescored (see above)")
+
+
+def cmd_rescore_cuts(args: argparse.Namespace) -> None:
+    from lm.scorer import LMScorer
+    from service.cuts import rescore_cuts
+
+    symbols = _read_symbols(args.words) if args.words else None
+    loaded = _load(args.model, args.device)
+    summary = rescore_cuts(args.cuts, args.out, LMScorer(loaded), _rescore_options(args), symbols,
+                           device=loaded.device.type)
+    print(json.dumps(summary))
+
+
+def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
+    from lattices.rescore import RescoreOptions
+
+    return RescoreOptions(
+        lm_weights=tuple(args.lm_weight or [1.0]), acoustic_scale=args.acoustic_scale,
+        old_lm_weight=args.old_lm_weight, word_penalty=args.word_penalty, nbest=args.nbest,
+        max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam, posteriors=args.posteriors,
+        return_lattice=return_lattice)
+
+
+def _add_rescore_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
+    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
+    p.add_argument("--lm-weight", type=float, action="append",
+                   help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
+    p.add_argument("--old-lm-weight", type=float, default=0.0, help="0 replaces the old LM, 1 keeps it")
+    p.add_argument("--acoustic-scale", type=float, help="default: 1/lmscale from the header, else 0.1")
+    p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
+    p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first")
+    p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs)")
+    p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
 
 
 def _read_symbols(path: str) -> list[str]:
@@ -262,20 +291,22 @@ def build_parser() -> argparse.ArgumentParser:
     with_model(p)
     p.add_argument("inputs", nargs="+", metavar="INPUT")
     p.add_argument("--format", default="auto", choices=["auto", "kaldi", "htk", "k2", "openfst", "json"])
-    p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
-    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
-    p.add_argument("--lm-weight", type=float, action="append",
-                   help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
-    p.add_argument("--old-lm-weight", type=float, default=0.0, help="0 replaces the old LM, 1 keeps it")
-    p.add_argument("--acoustic-scale", type=float, help="default: 1/lmscale from the header, else 0.1")
-    p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
-    p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first")
-    p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs)")
-    p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
+    _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
     p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
     p.add_argument("--out", metavar="PATH", help="write the rescored lattices here, in the input format")
     p.set_defaults(func=cmd_rescore)
+
+    p = sub.add_parser("rescore-cuts", help="rescore the lattices named by a lhotse CutSet; report WER",
+                       description="Each cut names its lattice in custom['lattice'] (and optionally "
+                                   "custom['lattice_format'], custom['lattice_key']). Writes the CutSet with "
+                                   "custom['hypothesis'] and prints a JSON summary with the WER against the "
+                                   "supervision texts.")
+    with_model(p)
+    p.add_argument("--cuts", required=True, metavar="CUTS", help="input CutSet manifest")
+    p.add_argument("--out", required=True, metavar="CUTS", help="output CutSet manifest")
+    _add_rescore_options(p)
+    p.set_defaults(func=cmd_rescore_cuts)
 
     p = sub.add_parser("train", help="train a language model", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')
