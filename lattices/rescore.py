@@ -28,7 +28,7 @@ from torch import Tensor
 from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, word_map
 from lattices.lattice import Lattice, take_extra
 from lattices.scorer import ContextScorer
-from lattices.search import Dag, segment_logsumexp
+from lattices.search import Dag, k_best_distinct, segment_logsumexp
 
 DEFAULT_ACOUSTIC_SCALE = 0.1
 
@@ -216,34 +216,22 @@ def rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions = R
 
 def _distinct_best(dag: Dag, expansion: Expansion, parts: tuple[Tensor, ...], k: int,
                    max_paths: int) -> list[Hypothesis]:
-    """The ``k`` best distinct word sequences: k-best paths, widened until ``k`` distinct ones
-    appear (exact: sequences first appear in the order of their best path) or ``max_paths``."""
+    """The ``k`` best distinct word sequences as hypotheses with their score parts."""
     lattice = expansion.lattice
     acoustic, arc_lm, old_lm, final_acoustic, final_lm, final_old = (p.cpu() for p in parts)
     final_index = {int(s): i for i, s in enumerate(expansion.finals.tolist())}
     dst_cpu, orig_cpu = expansion.dst.cpu(), expansion.arc_orig.cpu()
-    word_cpu = lattice.words.cpu()
-    is_word = (expansion.arc_lm_word != PAD).cpu()
-    width = k
-    while True:
-        scores, paths = dag.k_best_paths(width)
-        found: dict[tuple[str, ...], Hypothesis] = {}
-        for score, arcs in zip(scores.tolist(), paths):
-            words = tuple(lattice.symbols[int(word_cpu[orig_cpu[a]])] for a in arcs.tolist() if bool(is_word[a]))
-            if words in found:
-                continue
-            end = final_index[int(dst_cpu[arcs[-1]])] if arcs.numel() else final_index[0]
-            found[words] = Hypothesis(
-                words=list(words), score=score,
-                acoustic=float(acoustic[arcs].sum() + final_acoustic[end]),
-                lm_logprob=float(arc_lm[arcs].sum() + final_lm[end]),
-                old_lm=float(old_lm[arcs].sum() + final_old[end]),
-                arcs=orig_cpu[arcs].tolist())
-            if len(found) == k:
-                return list(found.values())
-        if len(paths) < width or width >= max_paths:
-            return list(found.values())
-        width = min(width * 4, max_paths)
+    labels = torch.where(expansion.arc_lm_word != PAD, lattice.words[expansion.arc_orig], -1)
+    out = []
+    for score, arcs in k_best_distinct(dag, labels, k, max_paths):
+        end = final_index[int(dst_cpu[arcs[-1]])] if arcs.numel() else final_index[0]
+        out.append(Hypothesis(
+            words=[lattice.symbols[i] for i in labels.cpu()[arcs].tolist() if i >= 0], score=score,
+            acoustic=float(acoustic[arcs].sum() + final_acoustic[end]),
+            lm_logprob=float(arc_lm[arcs].sum() + final_lm[end]),
+            old_lm=float(old_lm[arcs].sum() + final_old[end]),
+            arcs=orig_cpu[arcs].tolist()))
+    return out
 
 
 def _rescored_lattice(expansion: Expansion, graph: Tensor, final_graph: Tensor) -> Lattice:

@@ -158,6 +158,30 @@ def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
     return torch.log(total) + safe_peak
 
 
+def k_best_distinct(dag: Dag, labels: Tensor, k: int, max_paths: int = 4096) -> list[tuple[float, Tensor]]:
+    """The ``k`` best distinct label sequences and the best path of each, best first.
+
+    ``labels``: int64 ``(X,)`` label of each arc, negative for arcs without one (epsilons).
+    k-best paths are widened until ``k`` distinct sequences appear or ``max_paths`` paths were
+    seen. Exact: listing paths best first, sequences first appear in the order of their best
+    path. Returns ``(score, arcs)`` pairs, ``arcs`` int64 in path order.
+    """
+    labels_cpu = labels.cpu()
+    width = k
+    while True:
+        scores, paths = dag.k_best_paths(width)
+        found: dict[tuple[int, ...], tuple[float, Tensor]] = {}
+        for score, arcs in zip(scores.tolist(), paths):
+            sequence = tuple(x for x in labels_cpu[arcs].tolist() if x >= 0)
+            if sequence not in found:
+                found[sequence] = (score, arcs)
+                if len(found) == k:
+                    return list(found.values())
+        if len(paths) < width or width >= max_paths:
+            return list(found.values())
+        width = min(width * 4, max_paths)
+
+
 def segment_logsumexp(values: Tensor, index: Tensor, size: int) -> Tensor:
     """float ``(size,)``: log-sum-exp of ``values`` grouped by ``index`` (``-inf`` for empty groups)."""
     start = torch.full((size,), NEG_INF, dtype=values.dtype, device=values.device)
