@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from bench.common import RESULTS, SHARED_DATA, environment, write_json
+from bench.common import RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "exact (BPTT)": {"mode": "exact"},
@@ -50,11 +50,7 @@ def time_round(model, optimizer, sample, detach: bool, device: torch.device) -> 
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(result["configs"])
     ratios = [result["configs"][n]["ratio_to_exact"] for n in names]
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -65,9 +61,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Training time per epoch, PTB hidden {result['hidden']}, batch {result['batch_size']}, "
                  f"{result['device_name']}")
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

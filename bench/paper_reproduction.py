@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, SHARED_DATA, environment, write_json
+from bench.common import RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ptb": {
@@ -88,11 +88,7 @@ def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs:
 
 def plot(summary: dict[str, Any], path: Path) -> None:
     """Validation perplexity against rho for FPI and FPI|theta, baselines as horizontal lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs = summary["runs"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for prefix, label, marker in (("afp-fpi-rho", "AFP, FPI", "o"), ("afp-fpi-detach-rho", "AFP, FPI|θ", "s")):
@@ -109,9 +105,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     ax.set_title(f"{summary['dataset']}: perplexity against ρ")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from bench.common import RESULTS, SHARED_DATA, environment, write_json
+from bench.common import RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
 
 MODEL_FIELDS = {"cell": "elman", "hidden": 128, "dropout": 0.3}
 TRAIN_OPTIONS = {"batch_size": 20, "lr": 1e-3, "lr_decay": 0.5, "clip": 1.0, "init_range": 0.05, "seed": 1,
@@ -80,11 +80,7 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rhos = sorted(int(r[3:]) for r in report["afp"])
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     ax.plot(rhos, [report["afp"][f"rho{r}"]["total_seconds"] for r in rhos], "o-", label="AFP-ρ exact (this project)")
@@ -99,9 +95,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Lattice rescoring time, {report['device_name']}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             **{f"elman-h128-rho{r}": {"cell": "elman", "hidden": 128, "mode": "afp", "rho": r, "dropout": 0.3}
                for r in (2, 3, 4)},
             **{f"lstm-h200-rho{r}": {"cell": "lstm", "hidden": 200, "mode": "afp", "rho": r, "dropout": 0.4,
-                                     "tie_weights": True} for r in (2, 3, 4, 6)},
+                                     "tie_weights": True} for r in (2, 3, 4)},
             **{f"gru-h200-rho{r}": {"cell": "gru", "hidden": 200, "mode": "afp", "rho": r, "dropout": 0.4,
                                     "tie_weights": True} for r in (3, 4)},
         },

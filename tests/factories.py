@@ -123,3 +123,33 @@ def all_paths(lattice):
 
     walk(lattice.start, [])
     return paths
+
+
+MUTATIONS = ("delete", "duplicate", "garble", "newline", "drop-line", "dup-line", "swap-lines")
+
+
+def mutate_lines(text: str, mutations: list[tuple[str, int, str]], separator: str = " ") -> str:
+    """Apply fuzzing mutations ``(operation, position, token)`` to the tokens and lines of ``text``.
+
+    Operations: delete / duplicate / garble a token, split a line (newline), drop / duplicate a
+    line, swap a line with the next (see :data:`MUTATIONS`)."""
+    lines = [line.split(separator) for line in text.split("\n")]
+    for op, where, token in mutations:
+        i = where % len(lines)
+        row = lines[i]
+        j = where % (len(row) or 1)
+        if op == "delete" and row:
+            del row[j]
+        elif op == "duplicate" and row:
+            row.insert(j, row[j])
+        elif op == "garble" and row:
+            row[j] = token
+        elif op == "newline":
+            lines[i:i + 1] = [row[:j], row[j:]]
+        elif op == "drop-line" and len(lines) > 1:
+            del lines[i]
+        elif op == "dup-line":
+            lines.insert(i, list(row))
+        elif op == "swap-lines" and i + 1 < len(lines):
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    return "\n".join(separator.join(row) for row in lines)

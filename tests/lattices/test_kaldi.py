@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from lattices.formats.kaldi import read_kaldi, write_kaldi
 from lattices.lattice import Lattice, LatticeFormatError
 from lm.vocab import parse_symbol_table
+from tests.factories import MUTATIONS, mutate_lines
 
 DATA = Path("/work/shared/data/lattices")
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -418,32 +419,10 @@ VALID = COMPACT + "\n" + TRANSDUCER.replace("utt", "utt3") + "\nutt4\n0 1 A 1,2,
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(["delete", "duplicate", "garble", "newline", "drop-line", "dup-line",
-                                           "swap-lines"]), st.integers(0, 10**6), st.sampled_from(TOKENS)),
+@given(st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 10**6), st.sampled_from(TOKENS)),
                 min_size=1, max_size=4), st.booleans())
 def test_fuzz_mutations_of_a_valid_archive(mutations, with_symbols):
-    lines = [line.split(" ") for line in VALID.split("\n")]
-    for op, where, token in mutations:
-        i = where % len(lines)
-        row = lines[i]
-        j = where % (len(row) or 1)
-        if op == "delete" and row:
-            del row[j]
-        elif op == "duplicate" and row:
-            row.insert(j, row[j])
-        elif op == "garble" and row:
-            row[j] = token
-        elif op == "newline":
-            lines[i:i + 1] = [row[:j], row[j:]]
-        elif op == "drop-line":
-            del lines[i]
-        elif op == "dup-line":
-            lines.insert(i, list(row))
-        elif op == "swap-lines" and i + 1 < len(lines):
-            lines[i], lines[i + 1] = lines[i + 1], lines[i]
-        if not lines:
-            lines = [[]]
-    check_read("\n".join(" ".join(row) for row in lines), SYMBOLS if with_symbols else None)
+    check_read(mutate_lines(VALID, mutations), SYMBOLS if with_symbols else None)
 
 
 def test_unmutated_archive_is_valid():

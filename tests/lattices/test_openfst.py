@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from lattices.formats.openfst import read_openfst, write_openfst
 from lattices.lattice import Lattice, LatticeFormatError
+from tests.factories import MUTATIONS, mutate_lines
 from tests.lattices.test_kaldi import FUZZ, TOKENS, assert_same_lattice, canonical, real_archive
 
 ACCEPTOR = """\
@@ -204,24 +205,7 @@ def test_fuzz_arbitrary_text(text, with_symbols):
 
 @FUZZ
 @given(st.sampled_from([ACCEPTOR, TRANSDUCER, "0 1 A 1,2\n1 2 B\n2 0,1\n"]),
-       st.lists(st.tuples(st.sampled_from(["delete", "duplicate", "garble", "newline", "drop-line", "dup-line"]),
-                          st.integers(0, 10**6), st.sampled_from(TOKENS)), min_size=1, max_size=3), st.booleans())
+       st.lists(st.tuples(st.sampled_from(MUTATIONS[:-1]), st.integers(0, 10**6), st.sampled_from(TOKENS)),
+                min_size=1, max_size=3), st.booleans())
 def test_fuzz_mutations_of_a_valid_fst(base, mutations, with_symbols):
-    lines = [line.split(" ") for line in base.split("\n")]
-    for op, where, token in mutations:
-        i = where % len(lines)
-        row = lines[i]
-        j = where % (len(row) or 1)
-        if op == "delete" and row:
-            del row[j]
-        elif op == "duplicate" and row:
-            row.insert(j, row[j])
-        elif op == "garble" and row:
-            row[j] = token
-        elif op == "newline":
-            lines[i:i + 1] = [row[:j], row[j:]]
-        elif op == "drop-line" and len(lines) > 1:
-            del lines[i]
-        elif op == "dup-line":
-            lines.insert(i, list(row))
-    check_read("\n".join(" ".join(row) for row in lines), SYMBOLS if with_symbols else None)
+    check_read(mutate_lines(base, mutations), SYMBOLS if with_symbols else None)
