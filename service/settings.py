@@ -1,0 +1,66 @@
+"""Server settings: environment variables with the ``AFP_`` prefix (pydantic-settings).
+
+Every limit has a safe default; ``afp serve`` flags override the environment.
+
+  AFP_MODEL_DIR            model directory (default: the bundled default model)
+  AFP_DEVICE               auto | cpu | cuda | cuda:N
+  AFP_HOST, AFP_PORT       where ``afp serve`` listens
+  AFP_MAX_BODY_BYTES       largest request body (413 above)
+  AFP_MAX_LATTICE_ARCS     largest input lattice (422 above)
+  AFP_MAX_LATTICES         most lattices in one request
+  AFP_MAX_EXPANDED_ARCS    expansion budget per lattice (422 above, unless the request allows pruning)
+  AFP_MAX_NBEST            largest n-best a request may ask for
+  AFP_MAX_SENTENCES        most sentences in one perplexity request
+  AFP_REQUEST_TIMEOUT_S    a request taking longer gets 503
+  AFP_BATCHING             merge concurrent requests' scoring work (true/false)
+  AFP_BATCH_MAX_WAIT_MS    how long the batcher waits for more work
+  AFP_BATCH_MAX_PAIRS      most (context, word) pairs in one merged batch
+  AFP_WORKERS              threads doing CPU work (parsing, expansion, search) off the event loop
+  AFP_AUTH_TOKEN           when set, every /v1 request needs "Authorization: Bearer <token>"
+  AFP_CORS_ORIGINS         JSON list of allowed origins (default: none, CORS off)
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.defaults import default_model_dir
+
+
+class Settings(BaseSettings):
+    """Server configuration (frozen)."""
+
+    model_config = SettingsConfigDict(env_prefix="AFP_", frozen=True, extra="ignore")
+
+    model_dir: Path = Field(default_factory=default_model_dir)
+    model_name: str | None = None
+    device: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+
+    max_body_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    max_lattice_arcs: int = Field(default=500_000, gt=0)
+    max_lattices: int = Field(default=1000, gt=0)
+    max_expanded_arcs: int = Field(default=5_000_000, gt=0)
+    max_nbest: int = Field(default=100, gt=0)
+    max_sentences: int = Field(default=10_000, gt=0)
+    max_sentence_words: int = Field(default=1000, gt=0)
+    request_timeout_s: float = Field(default=60.0, gt=0)
+
+    batching: bool = True
+    batch_max_wait_ms: float = Field(default=2.0, ge=0)
+    batch_max_pairs: int = Field(default=262_144, gt=0)
+    workers: int = Field(default=4, gt=0)
+
+    auth_token: str | None = None
+    cors_origins: list[str] = Field(default_factory=list)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The settings from the environment, read once."""
+    return Settings()
