@@ -17,6 +17,7 @@ header when it has ``lmscale`` (HTK): ``acoustic_scale = 1/lmscale`` and
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,17 +26,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, word_map
+from lattices.expand import DEFAULT_SKIP, PAD, Expansion, ExpansionTooLarge, expand, word_map
 from lattices.lattice import Lattice, take_extra
 from lattices.scorer import ContextScorer
 from lattices.search import Dag, k_best_distinct, segment_logsumexp
 
 DEFAULT_ACOUSTIC_SCALE = 0.1
+AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 
 
 @dataclass(frozen=True)
 class RescoreOptions:
-    """How to combine scores and what to return. None means "from the lattice header"."""
+    """How to combine scores and what to return. None means "from the lattice header".
+
+    ``auto_prune``: when the expansion exceeds ``max_expanded_arcs``, prune the input with beam
+    :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits, instead of failing.
+    """
 
     lm_weights: tuple[float, ...] = (1.0,)
     acoustic_scale: float | None = None
@@ -48,14 +54,15 @@ class RescoreOptions:
     return_lattice: bool = False
     skip_words: frozenset[str] = DEFAULT_SKIP
     max_kbest_paths: int = 4096
+    auto_prune: bool = False
 
     def __post_init__(self) -> None:
         if not self.lm_weights:
             raise ValueError("lm_weights: give at least one weight")
         if self.nbest < 1:
             raise ValueError(f"nbest must be at least 1, got {self.nbest}")
-        if self.prune_beam is not None and not self.prune_beam > 0:
-            raise ValueError(f"prune_beam must be positive, got {self.prune_beam}")
+        if self.prune_beam is not None and not self.prune_beam >= 0:
+            raise ValueError(f"prune_beam must be >= 0, got {self.prune_beam}")
         if self.max_expanded_arcs is not None and self.max_expanded_arcs < 1:
             raise ValueError(f"max_expanded_arcs must be positive, got {self.max_expanded_arcs}")
 
@@ -157,7 +164,25 @@ def lm_scores(expansion: Expansion, scorer: ContextScorer, eos_id: int) -> tuple
 
 def rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions = RescoreOptions(),
             device: torch.device | str | None = None) -> list[RescoreResult]:
-    """Rescore one lattice exactly; one result per LM weight in ``options.lm_weights``."""
+    """Rescore one lattice exactly; one result per LM weight in ``options.lm_weights``.
+
+    Raises :class:`~lattices.expand.ExpansionTooLarge` over the budget unless ``auto_prune``."""
+    try:
+        return _rescore(lattice, scorer, options, device)
+    except ExpansionTooLarge:
+        if not options.auto_prune or options.prune_beam is not None:
+            raise
+    for beam in AUTO_PRUNE_BEAMS:
+        try:
+            return _rescore(lattice, scorer, dataclasses.replace(options, prune_beam=beam, auto_prune=False), device)
+        except ExpansionTooLarge:
+            if beam == AUTO_PRUNE_BEAMS[-1]:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions,
+             device: torch.device | str | None) -> list[RescoreResult]:
     if scorer.context_size is None:
         raise ValueError("the model has an unbounded context (an exact RNN): exact lattice expansion needs an "
                          "AFP-rho or n-gram model")
@@ -166,7 +191,7 @@ def rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions = R
     lattice = lattice.to(device) if device is not None else lattice
     acoustic_scale, word_penalty = options.scales_for(lattice)
     pruned_report = None
-    if options.prune_beam is not None:
+    if options.prune_beam is not None:  # beam 0 keeps the best path(s) only
         lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words)
     known = scorer.known(lattice.symbols)
     mapping = word_map(lattice.symbols, scorer.word_ids(lattice.symbols), options.skip_words)

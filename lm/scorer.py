@@ -34,3 +34,47 @@ class LMScorer:
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         return self.loaded.model.score_contexts(contexts, lengths, targets, target_context,
                                                 max_elements=self.max_elements)
+
+
+def sentence_pairs(sentence_ids: Sequence[Sequence[int]], bos_id: int, eos_id: int,
+                   context_size: int | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Every prediction of every sentence as a (context, next token) pair, equal contexts shared.
+
+    Args:
+      sentence_ids: word ids of each sentence, without boundaries.
+      context_size: tokens of history a prediction sees (None: the whole sentence so far).
+    Returns:
+      contexts int64 ``(N, C)`` right-aligned, lengths ``(N,)``, targets ``(M,)``,
+      target_context ``(M,)`` and target_sentence ``(M,)``; the targets of a sentence are its
+      words then ``</s>``, in order.
+    """
+    index: dict[tuple[int, ...], int] = {}
+    targets, target_context, target_sentence = [], [], []
+    for number, words in enumerate(sentence_ids):
+        tokens = [bos_id, *words, eos_id]
+        for t in range(1, len(tokens)):
+            context = tuple(tokens[max(0, t - context_size) if context_size else 0: t])
+            target_context.append(index.setdefault(context, len(index)))
+            targets.append(tokens[t])
+            target_sentence.append(number)
+    width = max((len(c) for c in index), default=1)
+    contexts = torch.zeros(len(index), width, dtype=torch.int64)
+    lengths = torch.zeros(len(index), dtype=torch.int64)
+    for context, row in index.items():
+        contexts[row, width - len(context):] = torch.tensor(context)
+        lengths[row] = len(context)
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+    return contexts, lengths, as_tensor(targets), as_tensor(target_context), as_tensor(target_sentence)
+
+
+def score_sentences(scorer: LMScorer | object, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
+    """Token log-probabilities (words then ``</s>``) of each sentence through ``scorer.score``.
+
+    ``scorer`` is an :class:`LMScorer` or anything with its members (a batching wrapper); the
+    numbers equal the sentence forward pass (:func:`lm.evaluate.score_corpus`).
+    """
+    ids = [scorer.word_ids(list(s)).tolist() for s in sentences]
+    contexts, lengths, targets, target_context, target_sentence = sentence_pairs(
+        ids, scorer.bos_id, scorer.eos_id, scorer.context_size)
+    values = scorer.score(contexts, lengths, targets, target_context).double().cpu()
+    return list(torch.split(values, [len(s) + 1 for s in ids]))

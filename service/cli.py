@@ -199,7 +199,7 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
         lm_weights=tuple(args.lm_weight or [1.0]), acoustic_scale=args.acoustic_scale,
         old_lm_weight=args.old_lm_weight, word_penalty=args.word_penalty, nbest=args.nbest,
         max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam, posteriors=args.posteriors,
-        return_lattice=return_lattice)
+        return_lattice=return_lattice, auto_prune=args.auto_prune)
 
 
 def _add_rescore_options(p: argparse.ArgumentParser) -> None:
@@ -212,6 +212,8 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first")
     p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs)")
+    p.add_argument("--auto-prune", action="store_true",
+                   help="over the budget, prune (beam 10, then halving) instead of failing")
     p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
 
 

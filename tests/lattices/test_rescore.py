@@ -206,3 +206,14 @@ def test_k_best_paths_are_sorted_and_exact():
     got, paths = dag.k_best_paths(len(everything) + 5)
     assert got.tolist() == pytest.approx(everything)
     assert len({tuple(p.tolist()) for p in paths}) == len(everything)
+
+
+def test_auto_prune_shrinks_until_the_budget_fits():
+    model, scorer = scorer_for(MODELS[1])
+    lattice = random_lattice(2, num_states=10, extra_arcs=20)
+    full = rescore(lattice, scorer, RescoreOptions(acoustic_scale=0.1))[0]
+    budget = full.stats["expanded_arcs"] - 1
+    result = rescore(lattice, scorer, RescoreOptions(acoustic_scale=0.1, max_expanded_arcs=budget, auto_prune=True))[0]
+    assert result.pruned is not None and result.pruned["arcs_after"] < lattice.num_arcs
+    assert result.stats["expanded_arcs"] <= budget
+    assert result.best.lm_logprob == pytest.approx(sentence_logprob(model, result.best.words), abs=1e-4)

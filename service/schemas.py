@@ -1,0 +1,130 @@
+"""Request and response bodies of the HTTP API (separate from the engine's internals)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LatticeFormat = Literal["auto", "kaldi", "htk", "openfst", "json", "k2"]
+
+KALDI_EXAMPLE = "utt1\n0 1 YEAH 1.5,120.2,\n0 1 YES 2.0,119.0,\n1 2 I 1.0,80.5,\n2 3 THINK 2.5,150.0,\n3 4 SO 1.0,90.0,\n4\n"
+
+
+class RescoreOptionsModel(BaseModel):
+    """How to combine scores; null means "from the lattice header" (HTK lmscale/wdpenalty)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nbest: int = Field(default=1, ge=1, description="distinct word sequences to return")
+    lm_weight: float | list[float] = Field(default=1.0, description="new-LM weight, or a list evaluated in one pass")
+    old_lm_weight: float = Field(default=0.0, description="0 replaces the old LM, 1 keeps it, between interpolates")
+    acoustic_scale: float | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
+    word_penalty: float | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
+    prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")
+    prune_if_too_large: bool = Field(default=False, description="on budget overflow, prune (beam 10, then "
+                                                                "halving) instead of failing")
+    posteriors: bool = Field(default=False, description="word posteriors of the best path")
+    return_lattice: bool = Field(default=False, description="return the rescored lattice in the input format")
+
+
+class RescoreRequest(RescoreOptionsModel):
+    """A lattice (or an archive of them) and the rescoring options."""
+
+    format: LatticeFormat = Field(default="auto", description="lattice format; auto guesses from the content")
+    lattice: str | dict[str, Any] | list[Any] = Field(
+        description="Kaldi text archive, HTK SLF or OpenFst text as a string; a JSON lattice object (or list); "
+                    "for k2 an object {arcs: [[src, dst, label, score], ...], aux_labels: [...], lm_scores: [...]}")
+    words: str | None = Field(default=None, description="symbol table text (words.txt) for integer word ids")
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"format": "kaldi", "lattice": KALDI_EXAMPLE, "nbest": 2},
+        {"format": "json", "lattice": {"key": "utt1", "start": 0, "arcs": [[0, 1, "YEAH", -120.2, -1.5],
+                                                                           [1, 2, "RIGHT", -90.0, -2.0]],
+                                      "finals": [[2, 0.0, 0.0]]}},
+    ]})
+
+
+class Hypothesis(BaseModel):
+    words: list[str]
+    score: float = Field(description="combined score (natural log, LM units)")
+    acoustic: float = Field(description="acoustic log-likelihood, unscaled")
+    lm_logprob: float = Field(description="the model's natural-log probability of the words, </s> included")
+    old_lm: float = Field(description="the lattice's graph / old-LM score")
+    word_posteriors: list[float] | None = None
+
+
+class LatticeResult(BaseModel):
+    key: str
+    best: Hypothesis
+    nbest: list[Hypothesis]
+    lm_weight: float
+    acoustic_scale: float
+    old_lm_weight: float
+    word_penalty: float
+    expanded_states: int
+    expanded_arcs: int
+    lattice_states: int
+    lattice_arcs: int
+    unique_contexts: int
+    scored_pairs: int
+    rho: int
+    oov: int = Field(description="distinct out-of-vocabulary words in the lattice (scored as <unk>)")
+    oov_words: list[str]
+    pruned: dict[str, Any] | None
+    seconds: float
+    timing: dict[str, float]
+    lattice: str | dict[str, Any] | list[Any] | None = Field(default=None, description="rescored lattice")
+
+
+class RescoreResponse(BaseModel):
+    results: list[LatticeResult]
+
+
+class PerplexityRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"sentences": ["YEAH I THINK SO", "SO WHAT DO YOU DO FOR A LIVING"]}]})
+
+    sentences: list[str] = Field(min_length=1, description="one sentence per entry, words separated by spaces")
+
+
+class SentenceScore(BaseModel):
+    logprob: float = Field(description="natural log, </s> included")
+    tokens: int = Field(description="words + 1")
+
+
+class PerplexityResponse(BaseModel):
+    ppl: float
+    tokens: int
+    oov: int
+    per_sentence: list[SentenceScore]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    cell: str
+    layers: int
+    hidden: int
+    rho: int | None
+    context_size: int | None
+    vocab_size: int
+    parameters: int
+    device: str
+    batching: bool
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+class ErrorBody(BaseModel):
+    kind: str = Field(description="lattice_format, expansion_budget, invalid_request, too_large, unauthorized, "
+                                  "timeout, ...")
+    message: str
+    key: str | None = None
+    line: int | None = None
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
