@@ -192,6 +192,25 @@ def cmd_rescore_cuts(args: argparse.Namespace) -> None:
     print(json.dumps(summary))
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    overrides = {name: value for name, value in (
+        ("model_dir", args.model), ("host", args.host), ("port", args.port), ("device", args.device),
+        ("workers", args.workers), ("batching", args.batching)) if value is not None}
+    try:
+        settings = Settings(**overrides)
+    except Exception as err:  # pydantic's ValidationError: report it as a usage error
+        raise CLIError(f"invalid server settings: {err}") from None
+    if not (settings.model_dir / "config.json").is_file():
+        raise CLIError(f"{settings.model_dir}: not a model directory (no config.json)")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
+                timeout_graceful_shutdown=int(settings.request_timeout_s), access_log=args.access_log)
+
+
 def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
     from lattices.rescore import RescoreOptions
 
@@ -309,6 +328,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="CUTS", help="output CutSet manifest")
     _add_rescore_options(p)
     p.set_defaults(func=cmd_rescore_cuts)
+
+    p = sub.add_parser("serve", help="run the HTTP server (settings also from AFP_* environment variables)")
+    p.add_argument("--model", metavar="DIR", help="model directory (default: $AFP_MODEL_DIR or the bundled model)")
+    p.add_argument("--host", help="listen address (default: $AFP_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: $AFP_PORT or 8000)")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: $AFP_DEVICE or auto)")
+    p.add_argument("--workers", type=int, help="worker threads for request work")
+    p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
+                   help="merge concurrent requests' scoring (default: on)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("train", help="train a language model", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')

@@ -318,3 +318,50 @@ def _to_dict(lattice: Lattice) -> dict[str, Any]:
     for name, value in lattice.meta.get("k2_attributes", {}).items():
         out.setdefault(name, value)
     return out
+
+
+def k2_dict_from_json(obj: Any, source: str | None = None) -> dict[str, Any]:
+    """The k2 dict of a JSON object (how HTTP clients send k2 lattices; nothing is unpickled).
+
+    JSON form: ``{"arcs": [[src, dst, label, score], ...], "aux_labels": [...],
+    "lm_scores": [...], "<name>": [per-arc numbers] or a plain value}`` with ``score`` a float (not
+    its bit pattern). Returns the ``as_dict()`` layout :func:`read_k2` takes.
+    """
+    if not isinstance(obj, Mapping):
+        raise LatticeFormatError(f"a k2 lattice must be a JSON object, got {type(obj).__name__}", source=source)
+    arcs = obj.get("arcs")
+    if not isinstance(arcs, list) or not all(isinstance(a, list) and len(a) == 4 for a in arcs):
+        raise LatticeFormatError("must be a list of [src, dst, label, score]", source=source, field="arcs")
+    try:
+        ints = torch.tensor([a[:3] for a in arcs], dtype=torch.int64).reshape(-1, 3)
+        scores = torch.tensor([float(a[3]) for a in arcs], dtype=torch.float32)
+    except (TypeError, ValueError, OverflowError, RuntimeError) as err:
+        raise LatticeFormatError(f"bad number: {err}", source=source, field="arcs") from None
+    if ints.numel() and (int(ints.min()) < -(1 << 31) or int(ints.max()) >= 1 << 31):
+        raise LatticeFormatError("values must fit in int32", source=source, field="arcs")
+    out: dict[str, Any] = {"arcs": torch.cat([ints.to(torch.int32), scores.view(torch.int32).unsqueeze(1)], dim=1)}
+    for name, value in obj.items():
+        if name == "arcs":
+            continue
+        if isinstance(value, list):
+            dtype = torch.int32 if name in ("aux_labels",) or name.endswith("labels") else torch.float32
+            try:
+                out[name] = torch.tensor(value, dtype=dtype)
+            except (TypeError, ValueError, OverflowError, RuntimeError) as err:
+                raise LatticeFormatError(f"bad values: {err}", source=source, field=name) from None
+        elif isinstance(value, _PLAIN):
+            out[name] = value
+        else:
+            raise LatticeFormatError(f"unsupported value of type {type(value).__name__}", source=source, field=name)
+    return out
+
+
+def k2_dict_to_json(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON form (see :func:`k2_dict_from_json`) of one k2 dict from :func:`write_k2`."""
+    arcs = d["arcs"]
+    out: dict[str, Any] = {"arcs": [[int(s), int(t), int(label), float(score)] for (s, t, label), score in
+                                    zip(arcs[:, :3].tolist(), arcs[:, 3].contiguous().view(torch.float32).tolist())]}
+    for name, value in d.items():
+        if name != "arcs":
+            out[name] = value.tolist() if isinstance(value, Tensor) else value
+    return out

@@ -1,0 +1,175 @@
+"""The work behind the endpoints, run in worker threads: parse, check limits, rescore, serialize.
+
+Everything here is synchronous and CPU/GPU bound; the routes hand it to a thread pool so the
+event loop stays free. LM scoring goes through the shared :class:`~service.batcher.BatchingScorer`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lattices.formats import read_json_lattices, read_lattices, write_lattices
+from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
+from lattices.formats.k2 import k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
+from lattices.lattice import Lattice, LatticeFormatError
+from lattices.rescore import RescoreOptions, rescore
+from lm.checkpoint import LoadedModel
+from lm.scorer import score_sentences
+from lm.vocab import VocabularyError, parse_symbol_table
+from service.batcher import BatchingScorer
+from service.errors import APIError
+from service.metrics import Metrics
+from service.schemas import RescoreRequest
+from service.settings import Settings
+
+SOURCE = "request"
+
+
+@dataclass
+class Runtime:
+    """What the app holds while it runs: settings, the model, the batching scorer, metrics."""
+
+    settings: Settings
+    loaded: LoadedModel
+    scorer: BatchingScorer
+    metrics: Metrics
+
+    @property
+    def device(self) -> torch.device:
+        return self.loaded.device
+
+    def info(self) -> dict[str, Any]:
+        info = self.loaded.info()
+        name = self.settings.model_name or (self.loaded.path.name if self.loaded.path else info["name"])
+        return {"name": name, **{k: info[k] for k in ("cell", "layers", "hidden", "rho", "context_size",
+                                                       "vocab_size", "parameters", "device")},
+                "batching": self.settings.batching}
+
+    def close(self) -> None:
+        self.scorer.close()
+
+
+def _symbols(words: str | None) -> list[str] | None:
+    if words is None:
+        return None
+    try:
+        table = parse_symbol_table(words, source="words")
+    except VocabularyError as err:
+        raise APIError(422, "invalid_request", str(err), field="words") from None
+    if table[0] != "<eps>":
+        raise APIError(422, "invalid_request", f"id 0 of the symbol table must be <eps>, got {table[0]!r}",
+                       field="words")
+    return table
+
+
+def parse_lattices(request: RescoreRequest, settings: Settings) -> list[Lattice]:
+    """The request's lattices, checked against the size limits."""
+    symbols = _symbols(request.words)
+    payload, fmt = request.lattice, request.format
+    if isinstance(payload, str):
+        if fmt == "k2":
+            raise APIError(422, "invalid_request", "a k2 lattice is sent as a JSON object, not a string",
+                           field="lattice")
+        lattices = read_lattices(payload, fmt, symbols, source=SOURCE)
+    elif fmt == "k2":
+        items = payload if isinstance(payload, list) else [payload]
+        lattices = [lat for i, item in enumerate(items)
+                    for lat in read_k2(k2_dict_from_json(item, source=SOURCE), symbols, SOURCE, key=f"lattice-{i}")]
+    elif fmt in ("json", "auto"):
+        lattices = ([lattice_from_json(payload, SOURCE)] if isinstance(payload, dict) and "lattices" not in payload
+                    else read_json_lattices(_json_text(payload), SOURCE))
+    else:
+        raise APIError(422, "invalid_request", f"a {fmt} lattice is sent as a string", field="lattice")
+    if not lattices:
+        raise APIError(422, "invalid_request", "the request holds no lattice", field="lattice")
+    if len(lattices) > settings.max_lattices:
+        raise APIError(422, "too_large", f"{len(lattices)} lattices in one request; the limit is "
+                                         f"{settings.max_lattices}", field="lattice")
+    for lattice in lattices:
+        if lattice.num_arcs > settings.max_lattice_arcs:
+            raise APIError(422, "too_large", f"lattice {lattice.key!r} has {lattice.num_arcs} arcs; the limit is "
+                                             f"{settings.max_lattice_arcs}", key=lattice.key, field="lattice")
+    return lattices
+
+
+def _json_text(payload: Any) -> str:
+    import json
+
+    return json.dumps(payload)
+
+
+def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:
+    if request.nbest > settings.max_nbest:
+        raise APIError(422, "invalid_request", f"nbest {request.nbest} is over the limit {settings.max_nbest}",
+                       field="nbest")
+    weights = request.lm_weight if isinstance(request.lm_weight, list) else [request.lm_weight]
+    if not weights or len(weights) > 32:
+        raise APIError(422, "invalid_request", "give 1 to 32 LM weights", field="lm_weight")
+    numbers = [*weights, request.old_lm_weight, request.acoustic_scale or 0.0, request.word_penalty or 0.0]
+    if not all(math.isfinite(x) for x in numbers):
+        raise APIError(422, "invalid_request", "weights and scales must be finite numbers")
+    return RescoreOptions(
+        lm_weights=tuple(weights), acoustic_scale=request.acoustic_scale, old_lm_weight=request.old_lm_weight,
+        word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
+        prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
+        auto_prune=request.prune_if_too_large)
+
+
+def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list[Any]:
+    """A rescored lattice in the request's format (text formats as text, JSON and k2 as objects)."""
+    if fmt == "json":
+        return lattice_to_json(lattice)
+    if fmt == "k2":
+        return k2_dict_to_json(write_k2([lattice]))  # type: ignore[arg-type]
+    return write_lattices([lattice], fmt).decode("utf-8")
+
+
+def _format_of(lattice: Lattice, requested: str) -> str:
+    if requested != "auto":
+        return requested
+    from service.batch import output_format
+
+    return output_format("auto", lattice)
+
+
+def rescore_request(request: RescoreRequest, runtime: Runtime) -> list[dict[str, Any]]:
+    """Parse, rescore and serialize every lattice of a request (one result per lattice and LM weight)."""
+    settings = runtime.settings
+    options = options_for(request, settings)
+    lattices = parse_lattices(request, settings)
+    out = []
+    for lattice in lattices:
+        for result in rescore(lattice, runtime.scorer, options, device=runtime.device):
+            row = result.to_json()
+            if result.lattice is not None:
+                row["lattice"] = serialize_lattice(result.lattice.to("cpu"), _format_of(lattice, request.format))
+            out.append(row)
+        runtime.metrics.lattices.inc()
+        runtime.metrics.expanded_arcs.observe(out[-1]["expanded_arcs"])
+    return out
+
+
+def perplexity_request(sentences: list[str], runtime: Runtime) -> dict[str, Any]:
+    """Perplexity of independent sentences, scored through the batcher."""
+    settings = runtime.settings
+    if len(sentences) > settings.max_sentences:
+        raise APIError(422, "too_large", f"{len(sentences)} sentences; the limit is {settings.max_sentences}",
+                       field="sentences")
+    words = [s.split() for s in sentences]
+    for i, w in enumerate(words):
+        if len(w) > settings.max_sentence_words:
+            raise APIError(422, "too_large", f"sentence {i} has {len(w)} words; the limit is "
+                                             f"{settings.max_sentence_words}", field=f"sentences[{i}]")
+    scores = score_sentences(runtime.scorer, words)
+    vocab = runtime.loaded.vocab
+    total = sum(float(s.sum()) for s in scores)
+    tokens = sum(len(w) + 1 for w in words)
+    return {"ppl": math.exp(-total / tokens), "tokens": tokens, "oov": sum(vocab.count_oov(w) for w in words),
+            "per_sentence": [{"logprob": float(s.sum()), "tokens": len(w) + 1} for s, w in zip(scores, words)]}
+
+
+__all__ = ["LatticeFormatError", "Runtime", "parse_lattices", "perplexity_request", "rescore_request"]

@@ -1,0 +1,57 @@
+"""API errors: every failure a client can cause becomes a 4xx JSON body ``{"error": {...}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from lattices.expand import ExpansionTooLarge
+from lattices.lattice import LatticeFormatError
+
+
+class APIError(Exception):
+    """An error with an HTTP status and a kind (the ``kind`` field of the body)."""
+
+    def __init__(self, status: int, kind: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message, self.details = status, kind, message, details
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"kind": self.kind, "message": self.message,
+                          **{k: v for k, v in self.details.items() if v is not None}}}
+
+
+def from_exception(err: Exception) -> APIError:
+    """Map the engine's input errors to API errors (anything else is a bug: re-raised)."""
+    if isinstance(err, APIError):
+        return err
+    if isinstance(err, LatticeFormatError):
+        return APIError(422, "lattice_format", str(err), key=err.key, line=err.line, field=err.field)
+    if isinstance(err, ExpansionTooLarge):
+        return APIError(422, "expansion_budget", str(err), key=err.key, budget=err.budget)
+    raise err
+
+
+def error_response(err: APIError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+async def handle_api_error(request: Request, err: Exception) -> JSONResponse:
+    api = from_exception(err)
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.errors.labels(api.kind).inc()
+    return error_response(api)
+
+
+async def handle_validation_error(request: Request, err: Exception) -> JSONResponse:
+    assert isinstance(err, RequestValidationError)
+    first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    api = APIError(422, "invalid_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg")),
+                   field=where or None)
+    return await handle_api_error(request, api)

@@ -1,0 +1,1 @@
+"""One router per resource: rescoring, perplexity, models, health and metrics."""
