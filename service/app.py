@@ -16,52 +16,88 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lattices.expand import ExpansionTooLarge
 from lattices.lattice import LatticeFormatError
 from service.deps import require_token
-from service.errors import APIError, handle_api_error, handle_validation_error
+from service.errors import APIError, handle_api_error, handle_http_exception, handle_validation_error
 from service.metrics import Metrics
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("afp.service")
 
 
-class BodyTooLarge(APIError):
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, "too_large", f"request body is over the limit of {limit} bytes")
-
-
 class BodyLimit:
-    """ASGI middleware: refuse bodies over ``limit`` bytes, by Content-Length or while streaming."""
+    """ASGI middleware: read the body up to ``limit`` bytes before the app runs; answer 413 above
+    it (by Content-Length at once, or as soon as a streamed body passes the limit)."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
+
+    async def _refuse(self, scope: dict, receive: Any, send: Any) -> None:
+        body = {"error": {"kind": "too_large", "message": f"request body is over the limit of {self.limit} bytes"}}
+        await JSONResponse(body, status_code=413)(scope, receive, send)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(scope, receive, send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class Observe:
+    """ASGI middleware: count requests by route and status, time them (Prometheus)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            response = JSONResponse(BodyTooLarge(self.limit).body(), status_code=413)
-            await response(scope, receive, send)
-            return
-        received = 0
+        started, status = time.perf_counter(), 500
 
-        async def limited() -> dict:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise BodyTooLarge(self.limit)
-            return message
+        async def watch(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
 
-        await self.app(scope, limited, send)
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(path, str(status)).inc()
+            self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 
 
 def _load_runtime(settings: Settings, metrics: Metrics):
@@ -106,31 +142,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     secured = [Depends(require_token)]
     app.include_router(rescore.router, dependencies=secured)
+    rescore.document_request_schema(app)
     app.include_router(perplexity.router, dependencies=secured)
     app.include_router(models.router, dependencies=secured)
     app.include_router(health.router)
     for client_error in (APIError, LatticeFormatError, ExpansionTooLarge):
         app.add_exception_handler(client_error, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Any) -> Any:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = request.scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            metrics.requests.labels(path, str(status)).inc()
-            metrics.latency.labels(path).observe(time.perf_counter() - started)
+    app.add_exception_handler(StarletteHTTPException, handle_http_exception)
 
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(Observe, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

@@ -55,3 +55,15 @@ async def handle_validation_error(request: Request, err: Exception) -> JSONRespo
     api = APIError(422, "invalid_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg")),
                    field=where or None)
     return await handle_api_error(request, api)
+
+
+async def handle_http_exception(request: Request, err: Exception) -> JSONResponse:
+    """Framework HTTP errors in the API's error shape; an unparseable body is a 422 like ours."""
+    from starlette.exceptions import HTTPException
+
+    assert isinstance(err, HTTPException)
+    if err.status_code == 400:
+        api = APIError(422, "invalid_request", f"the request body cannot be parsed: {err.detail}")
+    else:
+        api = APIError(err.status_code, "http_error", str(err.detail))
+    return await handle_api_error(request, api)

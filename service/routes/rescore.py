@@ -74,3 +74,21 @@ async def rescore(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
         raise APIError(422, "invalid_request", message, field=field) from None
     results = await in_worker(runtime, request.app.state.limiter, rescore_request, parsed, runtime)
     return {"results": results}
+
+
+def document_request_schema(app: Any) -> None:
+    """Put :class:`RescoreRequest` into the app's OpenAPI components (the route reads the raw body
+    to accept text/plain too, so FastAPI does not register the schema by itself)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            extra = RescoreRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(extra.pop("$defs", {}))
+            components["RescoreRequest"] = extra
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -1,0 +1,292 @@
+"""The FastAPI app in-process: every endpoint, every error case, batching, auth, fuzzing."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lattices.formats import read_lattices
+from lm.checkpoint import load_checkpoint
+from lm.corpus import encode
+from lm.evaluate import score_corpus
+from lm.scorer import LMScorer
+from service.app import create_app
+from service.batcher import BatchingScorer
+from service.settings import Settings
+from tests.factories import saved_model, tiny_vocab
+from tests.service.test_rescore_cli import ARCHIVE
+
+SLF = """VERSION=1.0
+UTTERANCE=slf1
+lmscale=10.0 wdpenalty=0.0
+N=4 L=4
+I=0 t=0.0 W=!NULL
+I=1 t=0.5 W=the
+I=2 t=0.5 W=a
+I=3 t=1.0 W=cat
+J=0 S=0 E=1 a=-100 l=-1.0
+J=1 S=0 E=2 a=-101 l=-1.2
+J=2 S=1 E=3 a=-50 l=-2.0
+J=3 S=2 E=3 a=-50 l=-2.0
+"""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return saved_model(tmp_path_factory.mktemp("m") / "model", cell="lstm", mode="afp", rho=2)
+
+
+def client_for(model_dir, **overrides):
+    return TestClient(create_app(Settings(model_dir=model_dir, **overrides)))
+
+
+@pytest.fixture(scope="module")
+def client(model_dir):
+    with client_for(model_dir, batch_max_wait_ms=1.0) as c:
+        yield c
+
+
+def test_health_ready_models(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+    (info,) = client.get("/v1/models").json()["models"]
+    assert info["rho"] == 2 and info["cell"] == "lstm" and info["vocab_size"] == tiny_vocab().size
+    assert info["device"] == "cpu" and info["batching"] is True
+
+
+def test_rescore_kaldi_archive_gives_one_result_per_lattice(client, model_dir):
+    r = client.post("/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE, "nbest": 2})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["key"] for x in results] == ["utt1", "utt2"]
+    assert results[1]["best"]["words"] == ["the", "dog", "ran"]
+    loaded = load_checkpoint(model_dir)
+    expected = score_corpus(loaded.model, encode([h["words"] for h in results[0]["nbest"]], loaded.vocab))
+    for hyp, lp in zip(results[0]["nbest"], expected.token_logprobs):
+        assert hyp["lm_logprob"] == pytest.approx(float(lp.sum()), abs=1e-4)
+
+
+def test_raw_text_body_with_query_options(client):
+    r = client.post("/v1/rescore?nbest=2&lm_weight=0&lm_weight=1", content=ARCHIVE,
+                    headers={"content-type": "text/plain"})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [(x["key"], x["lm_weight"]) for x in results] == [("utt1", 0.0), ("utt1", 1.0), ("utt2", 0.0), ("utt2", 1.0)]
+    assert len(results[0]["nbest"]) == 2
+    slf = client.post("/v1/rescore", content=SLF, headers={"content-type": "text/plain"})
+    assert slf.status_code == 200 and slf.json()["results"][0]["acoustic_scale"] == pytest.approx(0.1)
+    bad = client.post("/v1/rescore?nbets=2", content=ARCHIVE, headers={"content-type": "text/plain"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "nbets"
+
+
+@pytest.mark.parametrize("fmt", ["kaldi", "htk", "json", "openfst", "k2"])
+def test_every_format_round_trips_through_return_lattice(client, fmt):
+    from lattices.formats.k2 import k2_dict_from_json, k2_dict_to_json, write_k2
+    from lattices.formats.jsonfmt import lattice_to_json
+
+    (source,) = read_lattices(SLF, "htk")
+    payload = {"htk": SLF, "kaldi": read_text("kaldi", source), "openfst": read_text("openfst", source),
+               "json": lattice_to_json(source), "k2": k2_dict_to_json(write_k2([source]))}[fmt]
+    words = None
+    if fmt in ("openfst", "k2"):  # integer labels: send the symbol table
+        payload = payload if fmt == "k2" else read_text("openfst", source, ids=True)
+        words = "".join(f"{w} {i}\n" for i, w in enumerate(source.symbols))
+    r = client.post("/v1/rescore", json={"format": fmt, "lattice": payload, "words": words, "return_lattice": True})
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["results"]
+    assert result["best"]["words"] in (["the", "cat"], ["a", "cat"])
+    returned = result["lattice"]
+    if fmt == "k2":
+        back = read_lattices(json.dumps(returned).encode(), "json") if False else None
+        from lattices.formats.k2 import read_k2
+
+        back = read_k2(k2_dict_from_json(returned), symbols=source.symbols)
+    elif fmt == "json":
+        back = read_lattices(json.dumps(returned), "json")
+    else:
+        back = read_lattices(returned, fmt, symbols=source.symbols)
+    assert len(back) == 1 and back[0].num_arcs >= result["expanded_arcs"]
+
+
+def read_text(fmt, lattice, ids=False):
+    from lattices.formats.kaldi import write_kaldi
+    from lattices.formats.openfst import write_openfst
+
+    return write_kaldi([lattice]) if fmt == "kaldi" else write_openfst(lattice, use_ids=ids)
+
+
+def test_perplexity_matches_the_sentence_forward_pass(client, model_dir):
+    sentences = ["the cat sat on the mat", "a zebra ran", "dog"]
+    r = client.post("/v1/perplexity", json={"sentences": sentences})
+    assert r.status_code == 200
+    body = r.json()
+    loaded = load_checkpoint(model_dir)
+    expected = score_corpus(loaded.model, encode([s.split() for s in sentences], loaded.vocab))
+    assert body["ppl"] == pytest.approx(expected.ppl, rel=1e-6)
+    assert body["tokens"] == 7 + 4 + 2 and body["oov"] == 1
+    assert [s["tokens"] for s in body["per_sentence"]] == [7, 4, 2]
+
+
+@pytest.mark.parametrize("request_body, kind, where", [
+    ({"format": "kaldi", "lattice": "utt\n0 1 the 1,zz,\n1\n"}, "lattice_format", "line"),
+    ({"format": "htk", "lattice": "N=2 L=1\nI=0\nJ=0 S=0 E=5\n"}, "lattice_format", "line"),
+    ({"format": "json", "lattice": {"key": "x", "start": 0, "arcs": [[0, 1, "a", "x", 0]], "finals": [[1, 0, 0]]}},
+     "lattice_format", "field"),
+    ({"format": "k2", "lattice": "0 1 2 3"}, "invalid_request", "field"),
+    ({"format": "k2", "lattice": {"arcs": [[0, 1]]}}, "lattice_format", "field"),
+    ({"format": "kaldi", "lattice": ARCHIVE, "nbest": 0}, "invalid_request", "field"),
+    ({"format": "kaldi", "lattice": ARCHIVE, "nbest": 10_000}, "invalid_request", "field"),
+    ({"format": "kaldi", "lattice": ARCHIVE, "colour": "red"}, "invalid_request", "field"),
+    ({"format": "xml", "lattice": ARCHIVE}, "invalid_request", "field"),
+    ({"format": "kaldi", "lattice": "u\n0 1 7 1,2,\n1\n"}, "lattice_format", "line"),
+    ({"format": "kaldi", "lattice": ARCHIVE, "words": "a b c\n"}, "invalid_request", "field"),
+])
+def test_bad_requests_are_422_with_location(client, request_body, kind, where):
+    r = client.post("/v1/rescore", json=request_body)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["kind"] == kind and error.get(where) is not None and error["message"]
+
+
+def test_body_limits_and_size_limits(model_dir):
+    with client_for(model_dir, max_body_bytes=200, max_lattice_arcs=3, max_expanded_arcs=5) as c:
+        big = c.post("/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE * 3})
+        assert big.status_code == 413 and big.json()["error"]["kind"] == "too_large"
+
+        def chunks():  # no Content-Length: counted while streaming
+            for _ in range(10):
+                yield b"x" * 50
+
+        streamed = c.post("/v1/rescore", content=chunks(), headers={"content-type": "text/plain"})
+        assert streamed.status_code == 413
+    with client_for(model_dir, max_lattice_arcs=3) as c:
+        r = c.post("/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE})
+        assert r.status_code == 422 and "4 arcs" in r.json()["error"]["message"]
+    with client_for(model_dir, max_expanded_arcs=5) as c:
+        r = c.post("/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE})
+        assert r.status_code == 422 and r.json()["error"]["kind"] == "expansion_budget"
+        assert "budget of 5 arcs" in r.json()["error"]["message"]
+        pruned = c.post("/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE, "prune_if_too_large": True})
+        assert pruned.status_code == 200
+        assert pruned.json()["results"][0]["pruned"]["arcs_after"] < pruned.json()["results"][0]["lattice_arcs"] + 1
+
+
+def test_bearer_token(model_dir):
+    with client_for(model_dir, auth_token="s3cret") as c:
+        assert c.post("/v1/perplexity", json={"sentences": ["a"]}).status_code == 401
+        wrong = c.post("/v1/perplexity", json={"sentences": ["a"]}, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["kind"] == "unauthorized"
+        ok = c.post("/v1/perplexity", json={"sentences": ["a"]}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert c.get("/healthz").status_code == 200 and c.get("/readyz").status_code == 200
+
+
+def test_cors_is_off_by_default_and_on_when_configured(client, model_dir):
+    headers = {"Origin": "https://example.org", "Access-Control-Request-Method": "POST"}
+    assert "access-control-allow-origin" not in client.options("/v1/rescore", headers=headers).headers
+    with client_for(model_dir, cors_origins=["https://example.org"]) as c:
+        r = c.options("/v1/rescore", headers=headers)
+        assert r.headers.get("access-control-allow-origin") == "https://example.org"
+
+
+def test_openapi_documents_both_body_types(client):
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/rescore"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "text/plain"}
+    assert "examples" in spec["components"]["schemas"]["RescoreRequest"]
+    assert "/v1/perplexity" in spec["paths"] and "/v1/models" in spec["paths"]
+
+
+def test_concurrent_requests_share_batches_and_keep_results_apart(model_dir):
+    with client_for(model_dir, batch_max_wait_ms=50.0, workers=8) as c:
+        solo = [c.post("/v1/perplexity", json={"sentences": [s]}).json() for s in ("the cat", "a big red dog")]
+        results = {}
+
+        def ask(i):
+            results[i] = c.post("/v1/perplexity", json={"sentences": ["the cat" if i % 2 else "a big red dog"]}).json()
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, body in results.items():
+            assert body["ppl"] == pytest.approx(solo[i % 2 == 0 and 1 or 0]["ppl"], rel=1e-9)
+        metrics = c.get("/metrics").text
+    merged = [line for line in metrics.splitlines() if line.startswith("afp_batch_requests_bucket")]
+    single = next(float(line.split()[-1]) for line in merged if 'le="1.0"' in line)
+    total = next(float(line.split()[-1]) for line in merged if 'le="+Inf"' in line)
+    assert total > single  # at least one model call served several requests at once
+    assert 'afp_requests_total{route="/v1/perplexity",status="200"}' in metrics
+
+
+def test_batching_scorer_merges_and_splits_exactly(model_dir):
+    loaded = load_checkpoint(model_dir)
+    inner = LMScorer(loaded)
+    calls = []
+    batcher = BatchingScorer(inner, enabled=True, max_wait=0.05, on_batch=lambda r, p: calls.append((r, p)))
+    try:
+        jobs = []
+        for n in range(6):
+            width = 1 + n % 2
+            contexts = torch.randint(0, loaded.vocab.size, (n + 2, width))
+            lengths = torch.full((n + 2,), width)
+            targets = torch.randint(0, loaded.vocab.size, (3 * (n + 2),))
+            owner = torch.arange(n + 2).repeat(3)
+            jobs.append((contexts, lengths, targets, owner))
+        outputs = [None] * len(jobs)
+
+        def run(i):
+            outputs[i] = batcher.score(*jobs[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for job, out in zip(jobs, outputs):
+            assert torch.allclose(out, inner.score(*job), atol=1e-6)
+        assert max(r for r, _ in calls) > 1 and sum(p for _, p in calls) == sum(len(j[2]) for j in jobs)
+    finally:
+        batcher.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(st.one_of(
+    st.dictionaries(st.sampled_from(["format", "lattice", "nbest", "lm_weight", "old_lm_weight", "acoustic_scale",
+                                     "words", "return_lattice", "prune_beam", "posteriors", "x"]),
+                    st.one_of(st.text(max_size=30), st.integers(-5, 10**6), st.floats(allow_nan=False, allow_infinity=False),
+                              st.booleans(), st.none(), st.lists(st.integers(-3, 3), max_size=4),
+                              st.sampled_from(["kaldi", "htk", "json", "k2", "openfst", "auto", ARCHIVE, SLF])),
+                    max_size=6),
+    st.builds(lambda fmt, text: {"format": fmt, "lattice": text},
+              st.sampled_from(["kaldi", "htk", "openfst", "auto"]), st.text(alphabet="0123 \nabc.,=-IJNLSEWa", max_size=80)),
+))
+def test_fuzzed_rescore_bodies_never_5xx(client, body):
+    r = client.post("/v1/rescore", json=body)
+    assert r.status_code in (200, 413, 422), (body, r.text)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(st.binary(max_size=200), st.sampled_from(["text/plain", "application/json", "application/octet-stream"]))
+def test_fuzzed_raw_bodies_never_5xx(client, raw, content_type):
+    for path in ("/v1/rescore", "/v1/perplexity"):
+        r = client.post(path, content=raw, headers={"content-type": content_type})
+        assert r.status_code in (200, 413, 422), (path, raw, r.text)
+        if r.status_code != 200:
+            assert r.json()["error"]["message"]
+
+
+def test_non_finite_numbers_in_raw_json_are_refused(client):
+    r = client.post("/v1/rescore", content=json.dumps({"lattice": ARCHIVE, "lm_weight": float("nan")}),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "finite" in r.json()["error"]["message"]
+    assert client.get("/nowhere").json()["error"]["kind"] == "http_error"
