@@ -16,7 +16,7 @@ Symbols:
 
 The expansion runs level by level over the original states in topological order, on whole
 tensors on the lattice's device (no per-arc Python loop): each level takes the (state, history)
-pairs that arrive from earlier levels, merges duplicates with ``torch.unique`` and emits the
+pairs that arrive from earlier levels, merges duplicates (``ops.unique_rows``) and emits the
 successors of the new states.
 """
 
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from lattices.lattice import Lattice
+from lattices.ops import segment_index, unique_rows
 
 PAD = -1
 
@@ -131,7 +132,7 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
         if arcs.numel() == 0:
             return
         counts = lattice.out_degree[orig]
-        owner = torch.repeat_interleave(torch.arange(ids.shape[0], device=device), counts, output_size=arcs.shape[0])
+        owner = segment_index(counts)
         word = arc_word[arcs]
         shifted = torch.cat([history[owner, 1:], word.unsqueeze(1)], dim=1)
         new_history = torch.where((word >= 0).unsqueeze(1), shifted, history[owner])
@@ -149,7 +150,7 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
         src_ids, arcs, dst, history = (torch.cat(parts) for parts in zip(*pending[level]))
         pending[level] = []
         keys = torch.cat([dst.unsqueeze(1), history], dim=1)
-        unique_keys, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        unique_keys, inverse = unique_rows(keys)
         new_ids = torch.arange(num_states, num_states + unique_keys.shape[0], device=device)
         num_states += unique_keys.shape[0]
         src_parts.append(src_ids)

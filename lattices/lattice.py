@@ -41,6 +41,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lattices.ops import group_by, segment_index
+
 EPSILON = "<eps>"
 
 
@@ -311,28 +313,17 @@ class Lattice:
         return acoustic, graph
 
 
-def group_by(key: Tensor) -> list[Tensor]:
-    """Arc ids grouped by ``key`` (ascending), one tensor per distinct key."""
-    if key.numel() == 0:
-        return []
-    order = torch.argsort(key, stable=True)
-    _, counts = torch.unique_consecutive(key[order], return_counts=True)
-    return list(torch.split(order, counts.tolist()))
-
-
 def _arcs_leaving(sorted_src: Tensor, order: Tensor, states: Tensor) -> Tensor:
     """Arc ids leaving ``states``, given arcs sorted by source (``order``, ``sorted_src``)."""
     states = states.contiguous()
     lo = torch.searchsorted(sorted_src, states)
     hi = torch.searchsorted(sorted_src, states, right=True)
     counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
+    owner = segment_index(counts)
+    if owner.numel() == 0:
         return order[:0]
-    starts = torch.repeat_interleave(lo, counts, output_size=total)
-    offsets = torch.arange(total, device=states.device) - torch.repeat_interleave(
-        torch.cumsum(counts, 0) - counts, counts, output_size=total)
-    return order[starts + offsets]
+    first = torch.cumsum(counts, 0) - counts
+    return order[lo[owner] + torch.arange(owner.shape[0], device=states.device) - first[owner]]
 
 
 def take_extra(values: Any, index: Tensor) -> Any:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from lattices.expand import DEFAULT_SKIP, PAD, Expansion, ExpansionTooLarge, expand, word_map
 from lattices.lattice import Lattice, take_extra
+from lattices.ops import unique_rows
 from lattices.scorer import ContextScorer
 from lattices.search import Dag, k_best_distinct, segment_logsumexp
 
@@ -148,9 +149,9 @@ def lm_scores(expansion: Expansion, scorer: ContextScorer, eos_id: int) -> tuple
     scored = (expansion.arc_lm_word != PAD).nonzero().squeeze(1)
     pair_state = torch.cat([expansion.src[scored], expansion.finals])
     pair_word = torch.cat([expansion.arc_lm_word[scored], torch.full_like(expansion.finals, eos_id)])
-    histories, context_of_state = torch.unique(expansion.state_history, dim=0, return_inverse=True)
+    histories, context_of_state = unique_rows(expansion.state_history)
     pair_context = context_of_state[pair_state]
-    pairs, pair_index = torch.unique(torch.stack([pair_context, pair_word], dim=1), dim=0, return_inverse=True)
+    pairs, pair_index = unique_rows(torch.stack([pair_context, pair_word], dim=1))
     used_contexts, context_index = torch.unique(pairs[:, 0], return_inverse=True)
     rows = histories[used_contexts]
     lengths = (rows != PAD).sum(dim=1)

@@ -14,7 +14,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from lattices.lattice import group_by
+from lattices.ops import group_by
 
 NEG_INF = -math.inf
 
@@ -110,7 +110,7 @@ class Dag:
         ranks = torch.arange(k, device=device)
         for arcs in self._by_dst_level:
             cand = (best[self.src[arcs]] + self.score[arcs].unsqueeze(1)).flatten()  # (n*k,)
-            cand_arc = arcs.repeat_interleave(k)
+            cand_arc = arcs.unsqueeze(1).expand(-1, k).reshape(-1)
             cand_rank = ranks.repeat(arcs.shape[0])
             cand_dst = self.dst[cand_arc]
             keep = cand > NEG_INF
@@ -128,7 +128,7 @@ class Dag:
             back_rank[cand_dst[order], rank] = cand_rank[order]
 
         ends = (best[self.finals] + self.final_score.unsqueeze(1)).flatten()
-        end_state = self.finals.repeat_interleave(k)
+        end_state = self.finals.unsqueeze(1).expand(-1, k).reshape(-1)
         end_rank = ranks.repeat(self.finals.shape[0])
         count = min(k, int((ends > NEG_INF).sum()))
         top = torch.topk(ends, count).indices if count else ends.new_zeros(0, dtype=torch.int64)

@@ -1,0 +1,51 @@
+"""Small tensor operations the lattice algorithms share (all on whole tensors, any device)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# odd 63-bit multipliers of the row hash (one per column; more columns reuse them rotated)
+_MULTIPLIERS = (0x5851F42D4C957F2D, 0x2545F4914F6CDD1D, 0x3C6EF372FE94F82B, 0x1B873593A5F0D3C3,
+                0x61C8864680B583EB, 0x165667B19E3779F9, 0x27D4EB2F165667C5, 0x0CF1BBCDCB7A5635)
+
+
+def segment_index(counts: Tensor) -> Tensor:
+    """int64 ``(counts.sum(),)``: ``i`` repeated ``counts[i]`` times (``repeat_interleave(arange)``).
+
+    Written with ``searchsorted``, which stays fast when the intra-op thread pool has to share
+    busy cores (``repeat_interleave`` can stall there on small inputs)."""
+    ends = torch.cumsum(counts, 0)
+    total = int(ends[-1]) if ends.numel() else 0
+    return torch.searchsorted(ends, torch.arange(total, device=counts.device), right=True)
+
+
+def group_by(key: Tensor) -> list[Tensor]:
+    """Indices grouped by ``key`` (ascending), one tensor per distinct key."""
+    if key.numel() == 0:
+        return []
+    order = torch.argsort(key, stable=True)
+    _, counts = torch.unique_consecutive(key[order], return_counts=True)
+    return list(torch.split(order, counts.tolist()))
+
+
+def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Distinct rows of an int64 ``(N, W)`` matrix and each row's index among them.
+
+    Same result as ``torch.unique(rows, dim=0, return_inverse=True)`` up to the order of the
+    distinct rows, but through a 1-D unique of a row hash, which is much faster. Exact: if two
+    different rows ever share a hash, it falls back to ``torch.unique(dim=0)``.
+    """
+    if rows.shape[0] == 0:
+        return rows, torch.zeros(0, dtype=torch.int64, device=rows.device)
+    key = torch.zeros(rows.shape[0], dtype=torch.int64, device=rows.device)
+    for column in range(rows.shape[1]):
+        multiplier = _MULTIPLIERS[column % len(_MULTIPLIERS)]
+        key = (key ^ (key >> 29)) * multiplier + rows[:, column]  # int64 arithmetic wraps around
+    keys, inverse = torch.unique(key, return_inverse=True)
+    first = torch.full((keys.shape[0],), rows.shape[0], dtype=torch.int64, device=rows.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
+    distinct = rows[first]
+    if not torch.equal(distinct[inverse], rows):  # a hash collision: be exact
+        return torch.unique(rows, dim=0, return_inverse=True)
+    return distinct, inverse
