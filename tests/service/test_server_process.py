@@ -1,0 +1,117 @@
+"""A real ``afp serve`` (uvicorn) process on loopback, driven by httpx."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.factories import WORDS, saved_model
+from tests.service.test_rescore_cli import ARCHIVE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--model", str(model), "--port", str(port), *extra],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited early: {process.stdout.read()}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError("server did not become ready")
+
+
+def sausage(slots: int, width: int) -> dict:
+    """A long confusion-network lattice: enough expansion work to take a moment."""
+    arcs = [[s, s + 1, WORDS[(s * 7 + k) % len(WORDS)], -1.0 * k, -0.5] for s in range(slots) for k in range(width)]
+    return {"key": "sausage", "start": 0, "arcs": arcs, "finals": [[slots, 0.0, 0.0]]}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return saved_model(tmp_path_factory.mktemp("served") / "model", cell="gru", mode="afp", rho=2)
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    process, url = start_server(model, "--workers", "4", "--no-access-log")
+    yield url
+    process.terminate()
+    process.wait(30)
+
+
+def test_rescore_over_http(server):
+    json_reply = httpx.post(f"{server}/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE, "nbest": 2},
+                            timeout=60)
+    assert json_reply.status_code == 200
+    raw = httpx.post(f"{server}/v1/rescore?nbest=2", content=ARCHIVE, headers={"Content-Type": "text/plain"},
+                     timeout=60)
+    assert raw.status_code == 200 and raw.json() == {
+        "results": [{**r, "seconds": raw.json()["results"][i]["seconds"], "timing": raw.json()["results"][i]["timing"]}
+                    for i, r in enumerate(json_reply.json()["results"])]}
+    bad = httpx.post(f"{server}/v1/rescore", content="utt\n0 1 a b c d e\n", headers={"Content-Type": "text/plain"})
+    assert bad.status_code == 422 and bad.json()["error"]["line"] == 2
+
+
+def test_concurrent_requests_get_their_own_answers(server):
+    bodies = [{"sentences": [" ".join(WORDS[i:i + 3 + i % 4])]} for i in range(12)]
+    alone = [httpx.post(f"{server}/v1/perplexity", json=b, timeout=60).json() for b in bodies]
+    with ThreadPoolExecutor(12) as pool:
+        together = list(pool.map(lambda b: httpx.post(f"{server}/v1/perplexity", json=b, timeout=60).json(), bodies))
+    for a, b in zip(alone, together):
+        assert b["ppl"] == pytest.approx(a["ppl"], rel=1e-9)
+    metrics = httpx.get(f"{server}/metrics").text
+    assert 'afp_requests_total{route="/v1/perplexity",status="200"} 24.0' in metrics
+
+
+def test_graceful_shutdown_finishes_requests_in_flight(model):
+    process, url = start_server(model, "--workers", "2", "--no-access-log")
+    reply: dict = {}
+
+    def slow_request():
+        reply["sent"] = time.monotonic()
+        reply["response"] = httpx.post(f"{url}/v1/rescore", json={"format": "json", "lattice": sausage(160, 10),
+                                                                    "nbest": 50, "posteriors": True}, timeout=120)
+        reply["done"] = time.monotonic()
+
+    worker = threading.Thread(target=slow_request)
+    worker.start()
+    time.sleep(0.5)
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    worker.join(120)
+    # uvicorn finishes in-flight requests, then re-raises SIGTERM so the exit status says why it stopped
+    assert process.wait(60) in (0, -signal.SIGTERM)
+    assert "Finished server process" in process.stdout.read()
+    assert reply["response"].status_code == 200
+    assert reply["response"].json()["results"][0]["expanded_arcs"] > 10_000
+    assert reply["sent"] < signalled < reply["done"], "the request should still have been running at SIGTERM"
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{url}/healthz", timeout=2)
