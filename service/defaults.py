@@ -1,7 +1,7 @@
 """Where the bundled default model lives.
 
 The default model is ``models/conversational/`` in the source tree; the environment variable
-``AFP_MODEL`` points elsewhere (a model directory of the same layout).
+``AFP_MODEL_DIR`` points elsewhere (a model directory of the same layout).
 """
 
 from __future__ import annotations
@@ -15,6 +15,6 @@ DEFAULT_MODEL_NAME = "conversational"
 
 
 def default_model_dir() -> Path:
-    """``$AFP_MODEL`` when set, else the bundled ``models/conversational``."""
-    override = os.environ.get("AFP_MODEL")
+    """``$AFP_MODEL_DIR`` when set, else the bundled ``models/conversational``."""
+    override = os.environ.get("AFP_MODEL_DIR")
     return Path(override) if override else BUNDLED_MODELS / DEFAULT_MODEL_NAME
