@@ -6,7 +6,10 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 EXAMPLE_TEXT := examples/conversation.txt
 
-.PHONY: install run test lint bench-ptb bench-timing clean
+.PHONY: install run demo test bench-ptb bench-timing bench-rescoring bench-load clean
+
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
 install: $(STAMP)
 
@@ -18,11 +21,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The main job on the bundled default model: describe it, then perplexity and scores of example text.
+# The main job: the rescoring server on the bundled default model (Ctrl-C stops it).
 run: install
+	@echo "Starting afp-rescore on http://$(HOST):$(PORT) (docs: http://$(HOST):$(PORT)/docs). Then, in another shell:"
+	@echo "  curl -s -H 'Content-Type: text/plain' --data-binary @examples/lattice.txt 'http://$(HOST):$(PORT)/v1/rescore?nbest=2'"
+	@echo "  curl -s -H 'Content-Type: application/json' -d '{\"sentences\": [\"YEAH I THINK SO\"]}' http://$(HOST):$(PORT)/v1/perplexity"
+	$(BIN)/afp serve --host $(HOST) --port $(PORT)
+
+# The same model from the command line: describe it, score example text, rescore example lattices.
+demo: install
 	$(BIN)/afp info
 	$(BIN)/afp ppl --text $(EXAMPLE_TEXT)
 	$(BIN)/afp score --text $(EXAMPLE_TEXT)
+	$(BIN)/afp rescore --nbest 2 examples/lattice.txt
 
 test: install
 	$(BIN)/python -m pytest -q
@@ -33,6 +44,12 @@ bench-ptb: install
 
 bench-timing: install
 	$(BIN)/python -m bench.epoch_timing
+
+bench-rescoring: install
+	$(BIN)/python -m bench.rescoring_speed
+
+bench-load: install
+	$(BIN)/python -m bench.load_test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
