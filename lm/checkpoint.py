@@ -22,7 +22,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from lm.config import ModelConfig
+from lm.config import ModelConfig, read_json_file
 from lm.model import LanguageModel, build_model
 from lm.vocab import Vocabulary, VocabularyError
 
@@ -106,12 +106,7 @@ def save_checkpoint(directory: str | Path, model: LanguageModel, vocab: Vocabula
 def read_config(directory: str | Path) -> tuple[ModelConfig, Vocabulary, dict[str, Any]]:
     """Parse ``config.json`` of a checkpoint: model config, vocabulary, training record."""
     path = Path(directory) / CONFIG
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file (is {directory} a model directory?)") from None
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    data = read_json_file(path, CheckpointError, hint=f" (is {directory} a model directory?)")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise CheckpointError(f"{path}: field 'format' must be {FORMAT!r}, got {found!r}")

@@ -40,19 +40,21 @@ class _JsonConfig:
         except TypeError as err:
             raise ValueError(f"{where}: {err}") from None
 
-    @classmethod
-    def from_json_file(cls: type[C], path: str | Path) -> C:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"{path}: no such file") from None
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
-        return cls.from_dict(data, where=str(path))
-
     def replace(self: C, **changes: Any) -> C:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def read_json_file(path: str | Path, error: type[Exception] = ValueError, hint: str = "") -> Any:
+    """Parse a JSON file; a missing file or bad JSON raises ``error`` naming the file (and line)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file{hint}") from None
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise error(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
 
 
 def _check(condition: bool, field: str, message: str) -> None:

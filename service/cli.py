@@ -252,12 +252,9 @@ def _read_symbols(path: str) -> list[str]:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CLIError(f"{path}: no such file") from None
-    except json.JSONDecodeError as err:
-        raise CLIError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    from lm.config import read_json_file
+
+    data = read_json_file(path, CLIError)
     if not isinstance(data, dict):
         raise CLIError(f"{path}: expected a JSON object")
     return data

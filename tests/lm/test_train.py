@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from lm.checkpoint import load_checkpoint
 from lm.config import TrainConfig
