@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from lattices.lattice import Lattice
-from lattices.ops import segment_index, unique_rows
+from lattices.ops import check_deadline, segment_index, unique_rows
 
 PAD = -1
 
@@ -100,7 +100,7 @@ def word_map(symbols: Sequence[str], word_ids: Tensor, skip: Iterable[str] = DEF
 
 
 def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
-           max_arcs: int | None = None) -> Expansion:
+           max_arcs: int | None = None, deadline: float | None = None) -> Expansion:
     """Expand ``lattice`` so that every state knows its last ``rho`` LM tokens.
 
     Args:
@@ -108,6 +108,7 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
       rho: the model's context size (>= 1).
       bos_id: the model's ``<s>`` id; every history starts with it.
       max_arcs: raise :class:`ExpansionTooLarge` once the expansion has more arcs than this.
+      deadline: ``time.monotonic()`` seconds; past it, :class:`~lattices.ops.DeadlineExceeded`.
     """
     if rho < 1:
         raise ValueError(f"rho must be at least 1, got {rho}")
@@ -145,6 +146,7 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
 
     emit(torch.zeros(1, dtype=torch.int64, device=device), state_orig[0], start_history)
     for level in range(1, num_levels):
+        check_deadline(deadline)
         if not pending[level]:
             continue
         src_ids, arcs, dst, history = (torch.cat(parts) for parts in zip(*pending[level]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import Tensor
 
@@ -49,3 +51,13 @@ def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
     if not torch.equal(distinct[inverse], rows):  # a hash collision: be exact
         return torch.unique(rows, dim=0, return_inverse=True)
     return distinct, inverse
+
+
+class DeadlineExceeded(TimeoutError):
+    """Work given a deadline (``time.monotonic()`` seconds) ran past it."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise :class:`DeadlineExceeded` once ``time.monotonic()`` passes ``deadline`` (None: never)."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineExceeded("the time allowed for this work ran out")

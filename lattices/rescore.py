@@ -42,6 +42,8 @@ class RescoreOptions:
 
     ``auto_prune``: when the expansion exceeds ``max_expanded_arcs``, prune the input with beam
     :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits, instead of failing.
+    ``deadline``: ``time.monotonic()`` seconds after which the work stops with
+    :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
     """
 
     lm_weights: tuple[float, ...] = (1.0,)
@@ -56,6 +58,7 @@ class RescoreOptions:
     skip_words: frozenset[str] = DEFAULT_SKIP
     max_kbest_paths: int = 4096
     auto_prune: bool = False
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if not self.lm_weights:
@@ -124,14 +127,14 @@ class RescoreResult:
 
 
 def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: float,
-          skip: Iterable[str] = DEFAULT_SKIP) -> tuple[Lattice, dict[str, Any]]:
+          skip: Iterable[str] = DEFAULT_SKIP, deadline: float | None = None) -> tuple[Lattice, dict[str, Any]]:
     """Keep the arcs on some path within ``beam`` of the best path under the lattice's own scores
     (``acoustic_scale * acoustic + graph + word_penalty * words``, forward-backward Viterbi).
     Returns the pruned lattice and a report of what was removed."""
     is_word = (word_map(lattice.symbols, torch.zeros(len(lattice.symbols), dtype=torch.int64), skip) >= 0)
     scores = acoustic_scale * lattice.acoustic + lattice.graph + word_penalty * is_word.to(lattice.device)[lattice.words]
     dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, scores, lattice.finals,
-              acoustic_scale * lattice.final_acoustic + lattice.final_graph, lattice.levels)
+              acoustic_scale * lattice.final_acoustic + lattice.final_graph, lattice.levels, deadline)
     through = dag.arc_best_scores()
     best = float(through.max()) if through.numel() else 0.0
     pruned = lattice.subset(through >= best - beam)
@@ -193,14 +196,16 @@ def _rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions,
     acoustic_scale, word_penalty = options.scales_for(lattice)
     pruned_report = None
     if options.prune_beam is not None:  # beam 0 keeps the best path(s) only
-        lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words)
+        lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words,
+                                       options.deadline)
     known = scorer.known(lattice.symbols)
     mapping = word_map(lattice.symbols, scorer.word_ids(lattice.symbols), options.skip_words)
     oov = sorted({s for i, s in enumerate(lattice.symbols) if int(mapping[i]) != PAD and not bool(known[i])}
                  & {lattice.symbols[i] for i in torch.unique(lattice.words).tolist()})
 
     tick = _clock(lattice.device)
-    expansion = expand(lattice, mapping, scorer.context_size, scorer.bos_id, options.max_expanded_arcs)
+    expansion = expand(lattice, mapping, scorer.context_size, scorer.bos_id, options.max_expanded_arcs,
+                       options.deadline)
     timing["expand"] = _since(tick, lattice.device)
     tick = _clock(lattice.device)
     arc_lm, final_lm, counts = lm_scores(expansion, scorer, scorer.eos_id)
@@ -222,7 +227,7 @@ def _rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions,
                      + word_penalty * is_word)
         final_total = acoustic_scale * final_acoustic + weight * final_lm + options.old_lm_weight * final_old
         dag = Dag(expansion.num_states, 0, expansion.src, expansion.dst, arc_total, expansion.finals,
-                  final_total, level)
+                  final_total, level, options.deadline)
         parts = (acoustic, arc_lm, old_lm, final_acoustic, final_lm, final_old)
         nbest = _distinct_best(dag, expansion, parts, options.nbest, options.max_kbest_paths)
         posteriors = None

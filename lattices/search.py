@@ -14,7 +14,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from lattices.ops import group_by
+from lattices.ops import check_deadline, group_by
 
 NEG_INF = -math.inf
 
@@ -30,6 +30,8 @@ class Dag:
       score: float64 ``(X,)`` arc scores (log domain, higher is better).
       finals: int64 ``(G,)`` final states; final_score: float64 ``(G,)``.
       level: int64 ``(S,)``, ``level[dst] > level[src]`` for every arc.
+      deadline: optional ``time.monotonic()`` seconds; the searches raise
+        :class:`~lattices.ops.DeadlineExceeded` past it (checked once per level).
     """
 
     num_states: int
@@ -40,10 +42,12 @@ class Dag:
     finals: Tensor
     final_score: Tensor
     level: Tensor
+    deadline: float | None = None
 
     def with_scores(self, score: Tensor, final_score: Tensor) -> Dag:
         """The same graph with other scores (keeps the cached level grouping)."""
-        other = Dag(self.num_states, self.start, self.src, self.dst, score, self.finals, final_score, self.level)
+        other = Dag(self.num_states, self.start, self.src, self.dst, score, self.finals, final_score, self.level,
+                    self.deadline)
         other.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("_by_dst_level", "_by_src_level")})
         return other
 
@@ -66,6 +70,7 @@ class Dag:
         alpha[self.start] = 0.0
         reduce = _scatter_logsumexp if log_sum else _scatter_max
         for arcs in self._by_dst_level:
+            check_deadline(self.deadline)
             alpha = reduce(alpha, self.dst[arcs], alpha[self.src[arcs]] + self.score[arcs])
         return alpha
 
@@ -74,6 +79,7 @@ class Dag:
         beta = self._final_vector()
         reduce = _scatter_logsumexp if log_sum else _scatter_max
         for arcs in self._by_src_level:
+            check_deadline(self.deadline)
             beta = reduce(beta, self.src[arcs], beta[self.dst[arcs]] + self.score[arcs])
         return beta
 
@@ -109,6 +115,7 @@ class Dag:
         best[self.start, 0] = 0.0
         ranks = torch.arange(k, device=device)
         for arcs in self._by_dst_level:
+            check_deadline(self.deadline)
             cand = (best[self.src[arcs]] + self.score[arcs].unsqueeze(1)).flatten()  # (n*k,)
             cand_arc = arcs.unsqueeze(1).expand(-1, k).reshape(-1)
             cand_rank = ranks.repeat(arcs.shape[0])

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lattices.expand import ExpansionTooLarge
 from lattices.lattice import LatticeFormatError
+from lattices.ops import DeadlineExceeded
 from service.deps import require_token
 from service.errors import APIError, handle_api_error, handle_http_exception, handle_validation_error
 from service.metrics import Metrics
@@ -146,7 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(perplexity.router, dependencies=secured)
     app.include_router(models.router, dependencies=secured)
     app.include_router(health.router)
-    for client_error in (APIError, LatticeFormatError, ExpansionTooLarge):
+    for client_error in (APIError, LatticeFormatError, ExpansionTooLarge, DeadlineExceeded):
         app.add_exception_handler(client_error, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)

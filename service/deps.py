@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
+import time
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -37,8 +39,13 @@ def require_token(request: Request) -> None:
 
 
 async def in_worker(runtime: Runtime, limiter: anyio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` in a worker thread under the request timeout (503 when it runs out)."""
-    with anyio.move_on_after(runtime.settings.request_timeout_s) as scope:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter, abandon_on_cancel=True)
+    """Run ``fn(*args, deadline=...)`` in a worker thread under the request timeout.
+
+    ``fn`` gets the deadline (``time.monotonic()`` seconds) so that it stops by itself; the
+    request is answered 503 when the time runs out either way."""
+    timeout = runtime.settings.request_timeout_s
+    work = functools.partial(runtime.tracked, fn, *args, deadline=time.monotonic() + timeout)
+    with anyio.move_on_after(timeout) as scope:
+        return await anyio.to_thread.run_sync(work, limiter=limiter, abandon_on_cancel=True)
     assert scope.cancelled_caught
-    raise APIError(503, "timeout", f"the request took longer than {runtime.settings.request_timeout_s} s")
+    raise APIError(503, "timeout", f"the request took longer than {timeout} s")

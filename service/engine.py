@@ -6,9 +6,12 @@ event loop stays free. LM scoring goes through the shared :class:`~service.batch
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 
@@ -16,6 +19,7 @@ from lattices.formats import read_json_lattices, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
 from lattices.formats.k2 import k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
 from lattices.lattice import Lattice, LatticeFormatError
+from lattices.ops import check_deadline
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
 from lm.scorer import score_sentences
@@ -27,16 +31,31 @@ from service.schemas import RescoreRequest
 from service.settings import Settings
 
 SOURCE = "request"
+T = TypeVar("T")
 
 
 @dataclass
 class Runtime:
-    """What the app holds while it runs: settings, the model, the batching scorer, metrics."""
+    """What the app holds while it runs: settings, the model, the batching scorer, metrics, and
+    a count of the work running in worker threads (shutdown waits for it)."""
 
     settings: Settings
     loaded: LoadedModel
     scorer: BatchingScorer
     metrics: Metrics
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+    _running: int = 0
+
+    def tracked(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call ``fn`` counted as running work."""
+        with self._idle:
+            self._running += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
 
     @property
     def device(self) -> torch.device:
@@ -49,7 +68,10 @@ class Runtime:
                                                        "vocab_size", "parameters", "device")},
                 "batching": self.settings.batching}
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Wait for running work (a timed-out request stops at its deadline), then stop the batcher."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._running == 0, timeout)
         self.scorer.close()
 
 
@@ -136,13 +158,14 @@ def _format_of(lattice: Lattice, requested: str) -> str:
     return output_format("auto", lattice)
 
 
-def rescore_request(request: RescoreRequest, runtime: Runtime) -> list[dict[str, Any]]:
+def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float | None = None) -> list[dict[str, Any]]:
     """Parse, rescore and serialize every lattice of a request (one result per lattice and LM weight)."""
     settings = runtime.settings
-    options = options_for(request, settings)
+    options = dataclasses.replace(options_for(request, settings), deadline=deadline)
     lattices = parse_lattices(request, settings)
     out = []
     for lattice in lattices:
+        check_deadline(deadline)
         for result in rescore(lattice, runtime.scorer, options, device=runtime.device):
             row = result.to_json()
             if result.lattice is not None:
@@ -153,7 +176,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime) -> list[dict[str,
     return out
 
 
-def perplexity_request(sentences: list[str], runtime: Runtime) -> dict[str, Any]:
+def perplexity_request(sentences: list[str], runtime: Runtime, deadline: float | None = None) -> dict[str, Any]:
     """Perplexity of independent sentences, scored through the batcher."""
     settings = runtime.settings
     if len(sentences) > settings.max_sentences:
@@ -164,6 +187,7 @@ def perplexity_request(sentences: list[str], runtime: Runtime) -> dict[str, Any]
         if len(w) > settings.max_sentence_words:
             raise APIError(422, "too_large", f"sentence {i} has {len(w)} words; the limit is "
                                              f"{settings.max_sentence_words}", field=f"sentences[{i}]")
+    check_deadline(deadline)
     scores = score_sentences(runtime.scorer, words)
     vocab = runtime.loaded.vocab
     total = sum(float(s.sum()) for s in scores)

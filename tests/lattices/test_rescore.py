@@ -217,3 +217,14 @@ def test_auto_prune_shrinks_until_the_budget_fits():
     assert result.pruned is not None and result.pruned["arcs_after"] < lattice.num_arcs
     assert result.stats["expanded_arcs"] <= budget
     assert result.best.lm_logprob == pytest.approx(sentence_logprob(model, result.best.words), abs=1e-4)
+
+
+def test_deadline_stops_the_work():
+    import time
+
+    from lattices.ops import DeadlineExceeded
+
+    _, scorer = scorer_for(MODELS[1])
+    with pytest.raises(DeadlineExceeded):
+        rescore(random_lattice(1), scorer, RescoreOptions(deadline=time.monotonic() - 1.0))
+    assert rescore(random_lattice(1), scorer, RescoreOptions(deadline=time.monotonic() + 60.0))[0].best.words

@@ -132,3 +132,15 @@ def test_budget_overflow_reports_and_goes_on(capsys, model_dir, archive):
     assert [r["key"] for r in rows] == ["utt1", "utt2"]
     assert "budget of 5 arcs" in rows[0]["error"] and rows[1]["expanded_arcs"] == 4
     assert "1 lattice(s) could not be rescored" in captured.err
+
+
+def test_torchrun_rank_chooses_the_shard_and_suffixes_out(tmp_path, model_dir, archive):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RANK": "1", "WORLD_SIZE": "2"}
+    out = tmp_path / "rescored.txt"
+    done = subprocess.run([sys.executable, "-m", "service.cli", "rescore", "--model", str(model_dir), str(archive),
+                           "--out", str(out)], env=env, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["utt2 the dog ran"]
+    assert [lat.key for lat in read_lattice_file(tmp_path / "rescored.txt.1", "kaldi")] == ["utt2"]
