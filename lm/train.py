@@ -234,7 +234,8 @@ def _load_resume(directory: Path, model: LanguageModel, optimizer: torch.optim.O
     if saved_model_cfg != model_cfg:
         raise ValueError(f"{directory}: cannot resume, the model config differs from the saved one")
     saved_train = meta["train_config"]
-    changed = sorted(k for k, v in cfg.to_dict().items() if k not in ("epochs",) and saved_train.get(k) != v)
+    free = ("epochs", "num_threads", "device")  # may change between sessions without changing the training
+    changed = sorted(k for k, v in cfg.to_dict().items() if k not in free and saved_train.get(k) != v)
     if changed:
         raise ValueError(f"{directory}: cannot resume, training option(s) changed: {', '.join(changed)}")
     load_model(model, str(directory / "model.safetensors"), device=str(device))
