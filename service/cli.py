@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: $AFP_DEVICE or auto)")
     p.add_argument("--workers", type=int, help="worker threads for request work")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
-                   help="merge concurrent requests' scoring (default: on)")
+                   help="merge concurrent requests' scoring (default: $AFP_BATCHING, else on for CUDA, off on CPU)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)

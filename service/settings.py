@@ -12,7 +12,8 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
   AFP_MAX_NBEST            largest n-best a request may ask for
   AFP_MAX_SENTENCES        most sentences in one perplexity request
   AFP_REQUEST_TIMEOUT_S    a request taking longer gets 503
-  AFP_BATCHING             merge concurrent requests' scoring work (true/false)
+  AFP_BATCHING             merge concurrent requests' scoring work: true, false, or unset for auto
+                           (on for CUDA, off on CPU, where bench/load_test.py measured it slower)
   AFP_BATCH_MAX_WAIT_MS    how long the batcher waits for more work
   AFP_BATCH_MAX_PAIRS      most (context, word) pairs in one merged batch
   AFP_WORKERS              threads doing CPU work (parsing, expansion, search) off the event loop
@@ -51,13 +52,17 @@ class Settings(BaseSettings):
     max_sentence_words: int = Field(default=1000, gt=0)
     request_timeout_s: float = Field(default=60.0, gt=0)
 
-    batching: bool = True
+    batching: bool | None = None
     batch_max_wait_ms: float = Field(default=2.0, ge=0)
     batch_max_pairs: int = Field(default=262_144, gt=0)
     workers: int = Field(default=4, gt=0)
 
     auth_token: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
+
+    def batching_on(self, device_type: str) -> bool:
+        """Whether to merge concurrent scoring work on a device of this type ("cpu", "cuda")."""
+        return self.batching if self.batching is not None else device_type == "cuda"
 
 
 @lru_cache

@@ -48,7 +48,7 @@ def client_for(model_dir, **overrides):
 
 @pytest.fixture(scope="module")
 def client(model_dir):
-    with client_for(model_dir, batch_max_wait_ms=1.0) as c:
+    with client_for(model_dir, batching=True, batch_max_wait_ms=1.0) as c:
         yield c
 
 
@@ -58,6 +58,18 @@ def test_health_ready_models(client):
     (info,) = client.get("/v1/models").json()["models"]
     assert info["rho"] == 2 and info["cell"] == "lstm" and info["vocab_size"] == tiny_vocab().size
     assert info["device"] == "cpu" and info["batching"] is True
+
+
+@pytest.mark.parametrize(("setting", "cpu", "cuda"), [(None, False, True), (True, True, True), (False, False, False)])
+def test_batching_defaults_to_on_for_cuda_only(setting, cpu, cuda):
+    settings = Settings(batching=setting)
+    assert (settings.batching_on("cpu"), settings.batching_on("cuda")) == (cpu, cuda)
+
+
+def test_batching_auto_is_off_when_serving_on_cpu(model_dir):
+    with client_for(model_dir) as c:
+        (info,) = c.get("/v1/models").json()["models"]
+    assert info["device"] == "cpu" and info["batching"] is False
 
 
 def test_rescore_kaldi_archive_gives_one_result_per_lattice(client, model_dir):
@@ -204,7 +216,7 @@ def test_openapi_documents_both_body_types(client):
 
 
 def test_concurrent_requests_share_batches_and_keep_results_apart(model_dir):
-    with client_for(model_dir, batch_max_wait_ms=50.0, workers=8) as c:
+    with client_for(model_dir, batching=True, batch_max_wait_ms=50.0, workers=8) as c:
         solo = [c.post("/v1/perplexity", json={"sentences": [s]}).json() for s in ("the cat", "a big red dog")]
         results = {}
 
