@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 EXAMPLE_TEXT := examples/conversation.txt
 
-.PHONY: install run demo test bench-ptb bench-timing bench-rescoring bench-load clean
+.PHONY: install run demo test bench-ptb bench-timing bench-rescoring bench-load bench-report clean
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -40,7 +40,7 @@ test: install
 
 # Benchmarks (long; run by hand, never by CI). Results go to bench/results/.
 bench-ptb: install
-	$(BIN)/python -m bench.paper_ptb
+	$(BIN)/python -m bench.paper_reproduction --dataset ptb
 
 bench-timing: install
 	$(BIN)/python -m bench.epoch_timing
@@ -50,6 +50,9 @@ bench-rescoring: install
 
 bench-load: install
 	$(BIN)/python -m bench.load_test
+
+bench-report: install
+	$(BIN)/python -m bench.report
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -16,6 +16,7 @@ After each run the table ``summary.json`` and the plot ``ppl_vs_rho.png`` are re
   python -m bench.paper_reproduction --dataset ptb                  # everything, in order
   python -m bench.paper_reproduction --dataset ptb --only rnn-bptt afp-fpi-rho4
   python -m bench.paper_reproduction --dataset wikitext2 --rhos 1 2 4 8
+  python -m bench.paper_reproduction --dataset ptb --summary        # tabulate the runs so far
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", type=Path, help="results directory (default: bench/results/<dataset>)")
+    parser.add_argument("--summary", action="store_true",
+                        help="only rewrite summary.json and the plot from the runs so far (no training)")
     args = parser.parse_args()
 
     preset = PRESETS[args.dataset]
@@ -128,7 +131,7 @@ def main() -> None:
     epochs = args.epochs or preset["epochs"]
     out = args.out or RESULTS / args.dataset
     specs = run_specs(args.rhos)
-    names = args.only or list(specs)
+    names = [] if args.summary else args.only or list(specs)
     unknown = sorted(set(names) - set(specs))
     if unknown:
         raise SystemExit(f"unknown run(s) {unknown}; known: {list(specs)}")

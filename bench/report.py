@@ -1,0 +1,168 @@
+"""Render ``bench/results/README.md`` from the benchmarks' JSON files (never by hand).
+
+  python -m bench.report          # rewrite bench/results/README.md
+  python -m bench.report --check  # exit 1 when the README is out of date with the JSON
+
+Every table names the device and the command that measured it; a benchmark whose JSON is
+absent is listed as not run. Incomplete training runs are marked with their epoch count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+
+Section = Callable[[Path], list[str]]
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    def cell(value: Any) -> str:
+        return f"{value:.2f}" if isinstance(value, float) else str(value).replace("|", "\\|")
+
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows), ""]
+
+
+def _device_files(results: Path, stem: str) -> list[tuple[str, dict[str, Any]]]:
+    """``<stem>_<device>.json`` files, CPU first."""
+    found = [(p.stem[len(stem) + 1:], _load(p)) for p in sorted(results.glob(f"{stem}_*.json"))]
+    return sorted(((d, data) for d, data in found if data), key=lambda x: (x[0] != "cpu", x[0]))
+
+
+def _where(data: dict[str, Any]) -> str:
+    env = data.get("environment", {})
+    gpu = env.get("gpu")
+    return (f"{gpu}" if gpu else f"CPU, {env.get('threads', '?')} threads") + f", torch {env.get('torch', '?')}"
+
+
+def _family(run_name: str) -> str:
+    """``afp-fpi-detach-rho4`` -> ``afp-fpi-detach``; baselines are their own family."""
+    return run_name.rsplit("-rho", 1)[0] if "-rho" in run_name else run_name
+
+
+def reproduction(results: Path) -> list[str]:
+    lines = ["## The AFP paper's study (`python -m bench.paper_reproduction --dataset D`)", ""]
+    summaries = [(p.parent.name, _load(p)) for p in sorted(results.glob("*/summary.json"))]
+    summaries = [(name, s) for name, s in summaries if s and "runs" in s]
+    if not summaries:
+        return [*lines, "Not run yet.", ""]
+    for dataset, summary in summaries:
+        runs, paper = summary["runs"], dict(summary.get("paper", {}))
+        lines += [f"### {dataset}: validation perplexity, {summary['epochs']} epochs per run "
+                  f"(plot `{dataset}/ppl_vs_rho.png`)", ""]
+        rows = [[name, run["best_valid_ppl"], run["best_epoch"],
+                 f"{run['epochs_done']}" + ("" if run["complete"] else f" of {summary['epochs']} (incomplete)"),
+                 run["seconds_per_epoch"], run["device"]] for name, run in runs.items()]
+        lines += _table(["run", "best valid ppl", "at epoch", "epochs", "mean s/epoch", "device"], rows)
+        note = paper.pop("note", "the paper's figures")
+        rows = []
+        for family, reference in paper.items():
+            mine = {n: r for n, r in runs.items() if _family(n) == family}
+            best = min(mine, key=lambda n: mine[n]["best_valid_ppl"]) if mine else None
+            ours = "not run" if best is None else f"{mine[best]['best_valid_ppl']:.2f} ({best}" + \
+                ("" if all(r["complete"] for r in mine.values()) else ", some runs incomplete") + ")"
+            rows.append([family, ours, f"{reference}"])
+        lines += ["Against the paper (ours: the best validation perplexity of the family; paper: "
+                  f"{note}):", "", *_table(["model", "ours (valid)", "paper"], rows)]
+    return lines
+
+
+def bundled(results: Path) -> list[str]:
+    lines = ["## Bundled models (`python -m bench.train_bundled PRESET`)", ""]
+    for path in sorted((results / "bundled").glob("*.json")):
+        data = _load(path) or {}
+        rows = [[name, json.dumps(c["fields"]), c["best_valid_ppl"], c["epochs"], c["seconds_per_epoch"]]
+                for name, c in sorted(data.get("candidates", {}).items(), key=lambda kv: kv[1]["best_valid_ppl"])]
+        lines += [f"### {data.get('preset', path.stem)}", "",
+                  *_table(["candidate", "fields", "best valid ppl", "epochs", "s/epoch"], rows)]
+    return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
+
+
+def epoch_timing(results: Path) -> list[str]:
+    lines = ["## Training time per epoch, AFP-rho against exact BPTT (`python -m bench.epoch_timing`)", ""]
+    for device, data in _device_files(results, "epoch_timing"):
+        rows = [[name, c["seconds_per_epoch"], c["ratio_to_exact"]] for name, c in data["configs"].items()]
+        lines += [f"### {device}: {_where(data)}; hidden {data['hidden']}, batch {data['batch_size']}, "
+                  f"PTB ({data['epoch_tokens']:,} tokens per epoch)", "",
+                  *_table(["configuration", "s/epoch (extrapolated)", "ratio to exact"], rows)]
+    return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
+
+
+def rescoring(results: Path) -> list[str]:
+    lines = ["## Rescoring real AMI lattices (`python -m bench.rescoring_speed`)", ""]
+    for device, data in _device_files(results, "rescoring"):
+        rows = []
+        for rho, afp in data["afp"].items():
+            ratios = data["ratios"][rho]
+            rows.append([rho, f"{afp['expanded_arcs']:,}", f"{afp['unique_contexts']:,}", afp["total_seconds"],
+                         *(ratios[f"nbest_{n}_over_afp"] for n in data["nbest"]), ratios["kaldi_style_over_afp"]])
+        nbest = [f"n-best {n} / AFP" for n in data["nbest"]]
+        models = data["models"]
+        afp_ppl = ", ".join(f"{rho} {ppl:.2f}" for rho, ppl in models["afp_valid_ppl"].items())
+        lines += [f"### {device}: {_where(data)}; {len(data['lattices'])} lattices", "",
+                  f"Models: {json.dumps(models['architecture'])} on conversational text; validation perplexity "
+                  f"of the exact RNN {models['rnn_valid_ppl']:.2f}, of AFP {afp_ppl}. Ratios are times of the "
+                  f"baseline over AFP-rho's total (above 1: AFP is faster).", "",
+                  *_table(["rho", "expanded arcs", "unique contexts", "AFP total s", *nbest, "Kaldi-style / AFP"],
+                          rows)]
+        rows = [[name, k["total_seconds"], k["lm_error_vs_true_rnn"]["mean_abs"], k["lm_error_vs_true_rnn"]["max_abs"]]
+                for name, k in data["kaldi_style"].items()]
+        lines += ["Kaldi-style rescoring (RNN state from the first history to arrive): its LM scores against the "
+                  "same RNN's true sentence scores, in nats per hypothesis:", "",
+                  *_table(["history", "total s", "mean abs error", "max abs error"], rows)]
+    return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
+
+
+def load(results: Path) -> list[str]:
+    lines = ["## HTTP load test (`python -m bench.load_test`)", ""]
+    for device, data in _device_files(results, "load"):
+        on, off = data["results"]["batching"], data["results"]["no_batching"]
+        rows = [[a["connections"], a["throughput"], b["throughput"],
+                 f"{a['p50']:.3f} / {a['p95']:.3f} / {a['p99']:.3f}", f"{b['p50']:.3f} / {b['p95']:.3f} / {b['p99']:.3f}",
+                 sum(a["errors"].values()) + sum(b["errors"].values())] for a, b in zip(on, off, strict=True)]
+        lines += [f"### {device}: {_where(data)}; model `{data['model']}`, {data['seconds_per_setting']:.0f} s per "
+                  f"setting, {data['lattices']} lattices round-robin", "",
+                  *_table(["connections", "req/s batching", "req/s no batching", "p50/p95/p99 s batching",
+                           "p50/p95/p99 s no batching", "errors"], rows)]
+    return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
+
+
+SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, rescoring, load)
+
+
+def render(results: Path = RESULTS) -> str:
+    lines = ["# Benchmark results", "",
+             "Generated by `python -m bench.report` from the JSON files in this directory; every number was "
+             "measured by the command named in its section heading. CPU timings come from a shared machine: "
+             "compare them only as ratios within one run.", ""]
+    for section in SECTIONS:
+        lines += section(results)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--check", action="store_true", help="fail when README.md differs from the JSON")
+    args = parser.parse_args()
+    text, path = render(args.results), args.results / "README.md"
+    if args.check:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            sys.exit(f"{path} is out of date: run python -m bench.report")
+        return
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

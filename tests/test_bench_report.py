@@ -1,0 +1,44 @@
+"""bench/results/README.md is rendered from the JSON, and stays in step with it."""
+
+from __future__ import annotations
+
+import json
+
+from bench.common import RESULTS
+from bench.report import render
+
+
+def _write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_empty_results_say_not_run(tmp_path):
+    text = render(tmp_path)
+    assert text.count("Not run yet.") == 5
+
+
+def test_tables_carry_the_measured_values_and_mark_incomplete_runs(tmp_path):
+    _write(tmp_path / "ptb" / "summary.json", {
+        "dataset": "ptb", "epochs": 20, "paper": {"rnn-bptt": 142.1, "afp-fpi": 129.4, "note": "test ppl"},
+        "runs": {"rnn-bptt": {"epochs_done": 20, "complete": True, "best_valid_ppl": 150.123, "best_epoch": 18,
+                              "seconds_per_epoch": 99.0, "device": "cpu"},
+                 "afp-fpi-rho3": {"epochs_done": 7, "complete": False, "best_valid_ppl": 170.5, "best_epoch": 7,
+                                  "seconds_per_epoch": 150.0, "device": "cpu"}}})
+    _write(tmp_path / "epoch_timing_cuda.json", {
+        "hidden": 100, "batch_size": 20, "epoch_tokens": 1000, "environment": {"gpu": "NVIDIA H100", "torch": "2.x"},
+        "configs": {"exact (BPTT)": {"seconds_per_epoch": 10.0, "ratio_to_exact": 1.0},
+                    "AFP-2 FPI|θ": {"seconds_per_epoch": 2.5, "ratio_to_exact": 0.25}}})
+    text = render(tmp_path)
+    assert "| rnn-bptt | 150.12 | 18 | 20 | 99.00 | cpu |" in text
+    assert "| afp-fpi-rho3 | 170.50 | 7 | 7 of 20 (incomplete) |" in text
+    assert "| rnn-bptt | 150.12 (rnn-bptt) | 142.1 |" in text  # the comparison with the paper
+    assert "| afp-fpi | 170.50 (afp-fpi-rho3, some runs incomplete) | 129.4 |" in text
+    assert "### cuda: NVIDIA H100" in text
+    assert "| AFP-2 FPI\\|θ | 2.50 | 0.25 |" in text  # a "|" in a name does not break the table
+    assert text.count("Not run yet.") == 3
+
+
+def test_committed_readme_matches_committed_json():
+    assert (RESULTS / "README.md").read_text(encoding="utf-8") == render(RESULTS), \
+        "bench/results/README.md is stale: run python -m bench.report"
