@@ -33,6 +33,14 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """A training run's per-epoch metrics (``metrics.jsonl``); empty when it has not started."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def pyplot():
     """matplotlib's pyplot on the file-only Agg backend (imported only by benchmarks that plot)."""
     import matplotlib

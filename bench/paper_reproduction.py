@@ -22,12 +22,11 @@ After each run the table ``summary.json`` and the plot ``ppl_vs_rho.png`` are re
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
+from bench.common import RESULTS, SHARED_DATA, environment, pyplot, read_metrics, save_figure, write_json
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ptb": {
@@ -57,13 +56,6 @@ def run_specs(rhos: list[int]) -> dict[str, dict[str, Any]]:
     specs["ffnn-2gram"] = {"arch": "ffnn", "order": 2}
     specs["lstm-bptt"] = {"cell": "lstm", "mode": "exact"}
     return specs
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs: int) -> dict[str, Any]:
