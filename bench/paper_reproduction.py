@@ -80,20 +80,33 @@ def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs:
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
-    """Validation perplexity against rho for FPI and FPI|theta, baselines as horizontal lines."""
+    """Validation perplexity against rho for FPI and FPI|theta, baselines as horizontal lines.
+
+    Runs that have not finished their epochs are drawn hollow.
+    """
     plt = pyplot()
     runs = summary["runs"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    rhos: set[int] = set()
     for prefix, label, marker in (("afp-fpi-rho", "AFP, FPI", "o"), ("afp-fpi-detach-rho", "AFP, FPI|θ", "s")):
-        points = sorted((int(n[len(prefix):]), r["best_valid_ppl"]) for n, r in runs.items()
+        points = sorted((int(n[len(prefix):]), r["best_valid_ppl"], r["complete"]) for n, r in runs.items()
                         if n.startswith(prefix) and n[len(prefix):].isdigit())
-        if points:
-            ax.plot(*zip(*points), marker=marker, label=label)
+        if not points:
+            continue
+        xs, ys, done = zip(*points)
+        rhos.update(xs)
+        line, = ax.plot(xs, ys, marker=marker, markerfacecolor="white", label=label)
+        finished = [(x, y) for x, y, d in zip(xs, ys, done, strict=True) if d]
+        if finished:
+            ax.plot(*zip(*finished), linestyle="none", marker=marker, color=line.get_color())
     for name, label, style in (("rnn-bptt", "RNN, BPTT", "--"), ("lstm-bptt", "LSTM, BPTT", ":"),
                                ("ffnn-2gram", "FFNN bigram", "-.")):
         if name in runs:
-            ax.axhline(runs[name]["best_valid_ppl"], linestyle=style, color="gray", label=label)
-    ax.set_xlabel("ρ (fixed-point iterations = tokens of context)")
+            ax.axhline(runs[name]["best_valid_ppl"], linestyle=style, color="gray",
+                       label=label + ("" if runs[name]["complete"] else " (incomplete)"))
+    if rhos:
+        ax.set_xticks(range(1, max(rhos) + 1))
+    ax.set_xlabel("ρ (fixed-point iterations = tokens of context); hollow: run incomplete")
     ax.set_ylabel("validation perplexity")
     ax.set_title(f"{summary['dataset']}: perplexity against ρ")
     ax.grid(alpha=0.3)
