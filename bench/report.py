@@ -127,8 +127,11 @@ def load(results: Path) -> list[str]:
     lines = ["## HTTP load test (`python -m bench.load_test`)", ""]
     for device, data in _device_files(results, "load"):
         on, off = data["results"]["batching"], data["results"]["no_batching"]
-        rows = [[a["connections"], a["throughput"], b["throughput"],
-                 f"{a['p50']:.3f} / {a['p95']:.3f} / {a['p99']:.3f}", f"{b['p50']:.3f} / {b['p95']:.3f} / {b['p99']:.3f}",
+
+        def quantiles(r: dict[str, Any]) -> str:
+            return f"{r['p50']:.3f} / {r['p95']:.3f} / {r['p99']:.3f}"
+
+        rows = [[a["connections"], a["throughput"], b["throughput"], quantiles(a), quantiles(b),
                  sum(a["errors"].values()) + sum(b["errors"].values())] for a, b in zip(on, off, strict=True)]
         lines += [f"### {device}: {_where(data)}; model `{data['model']}`, {data['seconds_per_setting']:.0f} s per "
                   f"setting, {data['lattices']} lattices round-robin", "",
