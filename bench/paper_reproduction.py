@@ -17,12 +17,17 @@ After each run the table ``summary.json`` and the plot ``ppl_vs_rho.png`` are re
   python -m bench.paper_reproduction --dataset ptb --only rnn-bptt afp-fpi-rho4
   python -m bench.paper_reproduction --dataset wikitext2 --rhos 1 2 4 8
   python -m bench.paper_reproduction --dataset ptb --summary        # tabulate the runs so far
+  python -m bench.paper_reproduction --dataset ptb --precision bf16 --jobs 2 --threads 1
+                                     # bfloat16 autocast, two runs at a time: results in ptb-bf16/
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +75,7 @@ def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs:
             "spec": spec, "epochs_done": len(metrics), "complete": len(metrics) >= epochs,
             "best_valid_ppl": min(valid), "best_epoch": valid.index(min(valid)) + 1,
             "seconds_per_epoch": sum(m["seconds"] for m in metrics) / len(metrics),
-            "device": metrics[-1]["device"],
+            "device": metrics[-1]["device"], "precision": metrics[-1].get("precision", "fp32"),
         }
     summary = {"dataset": dataset, "epochs": epochs, "paper": PRESETS[dataset]["paper"], "runs": runs,
                "environment": environment()}
@@ -108,24 +113,57 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax.set_xticks(range(1, max(rhos) + 1))
     ax.set_xlabel("ρ (fixed-point iterations = tokens of context); hollow: run incomplete")
     ax.set_ylabel("validation perplexity")
-    ax.set_title(f"{summary['dataset']}: perplexity against ρ")
+    precisions = ", ".join(sorted({r.get("precision", "fp32") for r in runs.values()}))
+    ax.set_title(f"{summary['dataset']} ({precisions} training): perplexity against ρ")
     ax.grid(alpha=0.3)
     ax.legend()
     save_figure(fig, path)
 
 
-def main() -> None:
+def priority(names: list[str]) -> list[str]:
+    """Training order: the study's order, but rho 3, 5, 6, 7 last, so an interrupted study still spans the range."""
+    def late(name: str) -> bool:
+        return "-rho" in name and int(name.rsplit("-rho", 1)[1]) not in (1, 2, 4, 8)
+
+    return [n for n in names if not late(n)] + [n for n in names if late(n)]
+
+
+def train_run(name: str, spec: dict[str, Any], dataset: str, epochs: int, out: Path, device: str,
+              threads: int | None, precision: str) -> float | None:
+    """Train (or resume) one run of the study; returns its best validation perplexity."""
     from lm.config import TrainConfig
     from lm.train import train
 
+    preset, spec = PRESETS[dataset], dict(spec)
+    detach = bool(spec.pop("detach", False))
+    cfg = TrainConfig(train=str(preset["train"]), valid=str(preset["valid"]), epochs=epochs, batch_size=20,
+                      lr=1e-3, lr_decay=0.5, clip=1.0, init_range=0.05, detach=detach, seed=1,
+                      device=device, num_threads=threads, precision=precision)
+    print(f"{name}: training ({spec}, detach={detach}, {precision})", flush=True)
+    started = time.perf_counter()
+    result = train({"hidden": preset["hidden"], **spec}, cfg, out / "runs" / name, resume=True,
+                   record={"benchmark": f"bench.paper_reproduction --dataset {dataset} --precision {precision}",
+                           "run": name},
+                   progress=False,
+                   on_epoch=lambda m: print(f"  {name} epoch {m['epoch']}: valid ppl {m['valid_ppl']:.2f} "
+                                            f"({m['seconds']:.0f}s)", flush=True))
+    print(f"{name}: best valid ppl {result.best_valid_ppl:.2f} in {time.perf_counter() - started:.0f}s", flush=True)
+    return result.best_valid_ppl
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=sorted(PRESETS), default="ptb")
     parser.add_argument("--only", nargs="*", help="run names to train (default: all)")
     parser.add_argument("--rhos", nargs="*", type=int, default=list(range(1, 9)))
     parser.add_argument("--epochs", type=int, help="override the preset's epochs")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--threads", type=int)
-    parser.add_argument("--out", type=Path, help="results directory (default: bench/results/<dataset>)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads per job")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, in separate processes")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="bf16: bfloat16 autocast in the training forward pass (validation stays float32)")
+    parser.add_argument("--out", type=Path,
+                        help="results directory (default: bench/results/<dataset>, or <dataset>-bf16 with bf16)")
     parser.add_argument("--summary", action="store_true",
                         help="only rewrite summary.json and the plot from the runs so far (no training)")
     args = parser.parse_args()
@@ -134,34 +172,31 @@ def main() -> None:
     if not Path(preset["train"]).is_file():
         raise SystemExit(f"{preset['train']} is missing: this benchmark needs ../shared/data")
     epochs = args.epochs or preset["epochs"]
-    out = args.out or RESULTS / args.dataset
+    out = args.out or RESULTS / (args.dataset + ("" if args.precision == "fp32" else f"-{args.precision}"))
     specs = run_specs(args.rhos)
-    names = [] if args.summary else args.only or list(specs)
+    names = [] if args.summary else args.only or priority(list(specs))
     unknown = sorted(set(names) - set(specs))
     if unknown:
         raise SystemExit(f"unknown run(s) {unknown}; known: {list(specs)}")
-    for name in names:
-        spec = dict(specs[name])
-        detach = bool(spec.pop("detach", False))
-        run_dir = out / "runs" / name
-        if len(read_metrics(run_dir)) >= epochs:
-            print(f"{name}: done")
-            continue
-        cfg = TrainConfig(train=str(preset["train"]), valid=str(preset["valid"]), epochs=epochs, batch_size=20,
-                          lr=1e-3, lr_decay=0.5, clip=1.0, init_range=0.05, detach=detach, seed=1,
-                          device=args.device, num_threads=args.threads)
-        print(f"{name}: training ({spec}, detach={detach})", flush=True)
-        started = time.perf_counter()
-        result = train({"hidden": preset["hidden"], **spec}, cfg, run_dir, resume=True,
-                       record={"benchmark": f"bench.paper_reproduction --dataset {args.dataset}", "run": name},
-                       progress=False,
-                       on_epoch=lambda m, n=name: print(f"  {n} epoch {m['epoch']}: valid ppl {m['valid_ppl']:.2f} "
-                                                        f"({m['seconds']:.0f}s)", flush=True))
-        print(f"{name}: best valid ppl {result.best_valid_ppl:.2f} in {time.perf_counter() - started:.0f}s", flush=True)
-        summarize(args.dataset, out, specs, epochs)
+    todo = [n for n in names if len(read_metrics(out / "runs" / n)) < epochs]
+    for name in sorted(set(names) - set(todo)):
+        print(f"{name}: done")
+    run = functools.partial(train_run, dataset=args.dataset, epochs=epochs, out=out, device=args.device,
+                            threads=args.threads, precision=args.precision)
+    if args.jobs <= 1:
+        for name in todo:
+            run(name, specs[name])
+            summarize(args.dataset, out, specs, epochs)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+            futures = [pool.submit(run, name, specs[name]) for name in todo]
+            for future in as_completed(futures):
+                future.result()
+                summarize(args.dataset, out, specs, epochs)
     summary = summarize(args.dataset, out, specs, epochs)
-    for name, run in summary["runs"].items():
-        print(f"{name:>24}  {run['best_valid_ppl']:8.2f}  ({run['epochs_done']} epochs, {run['device']})")
+    for name, row in summary["runs"].items():
+        print(f"{name:>24}  {row['best_valid_ppl']:8.2f}  ({row['epochs_done']} epochs, {row['device']})")
 
 
 if __name__ == "__main__":

@@ -62,8 +62,8 @@ def reproduction(results: Path) -> list[str]:
                   f"(plot `{dataset}/ppl_vs_rho.png`)", ""]
         rows = [[name, run["best_valid_ppl"], run["best_epoch"],
                  f"{run['epochs_done']}" + ("" if run["complete"] else f" of {summary['epochs']} (incomplete)"),
-                 run["seconds_per_epoch"], run["device"]] for name, run in runs.items()]
-        lines += _table(["run", "best valid ppl", "at epoch", "epochs", "mean s/epoch", "device"], rows)
+                 run["seconds_per_epoch"], run["device"], run.get("precision", "fp32")] for name, run in runs.items()]
+        lines += _table(["run", "best valid ppl", "at epoch", "epochs", "mean s/epoch", "device", "precision"], rows)
         note = paper.pop("note", "the paper's figures")
         rows = []
         for family, reference in paper.items():
@@ -74,6 +74,27 @@ def reproduction(results: Path) -> list[str]:
             rows.append([family, ours, f"{reference}"])
         lines += ["Against the paper (ours: the best validation perplexity of the family; paper: "
                   f"{note}):", "", *_table(["model", "ours (valid)", "paper"], rows)]
+    return lines + _precision_check(dict(summaries))
+
+
+def _precision_check(summaries: dict[str, dict[str, Any]]) -> list[str]:
+    """The same complete run trained in float32 (``<d>/``) and under bfloat16 autocast (``<d>-bf16/``)."""
+    lines = []
+    for dataset, summary in summaries.items():
+        other = summaries.get(f"{dataset}-bf16")
+        if other is None:
+            continue
+        rows = []
+        for name, run in summary["runs"].items():
+            twin = other["runs"].get(name)
+            if run["complete"] and twin and twin["complete"]:
+                rows.append([name, run["best_valid_ppl"], twin["best_valid_ppl"],
+                             f"{100 * (twin['best_valid_ppl'] / run['best_valid_ppl'] - 1):+.2f}%",
+                             run["seconds_per_epoch"], twin["seconds_per_epoch"]])
+        if rows:
+            lines += [f"### {dataset}: float32 against bfloat16-autocast training of the same runs", "",
+                      *_table(["run", "fp32 best valid ppl", "bf16 best valid ppl", "difference",
+                               "fp32 s/epoch", "bf16 s/epoch"], rows)]
     return lines
 
 

@@ -12,6 +12,7 @@ DistributedDataParallel (NCCL on GPUs, gloo on CPUs); rank 0 evaluates and write
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -144,7 +145,7 @@ def train(
             "epoch": epoch, "train_loss": loss_sum / token_count, "train_ppl": math.exp(loss_sum / token_count),
             "valid_ppl": valid_ppl, "lr": state["lr"], "seconds": seconds,
             "train_tokens": token_count, "tokens_per_second": token_count / seconds, "best": improved,
-            "world_size": world, "device": str(device),
+            "world_size": world, "device": str(device), "precision": cfg.precision,
         }
         if improved:
             state["best_valid_ppl"] = valid_ppl
@@ -182,8 +183,9 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
     for batch in bar:
         batch = batch.to(device)
         optimizer.zero_grad(set_to_none=True)
-        logprobs = trainer(batch.inputs, batch.targets, batch.lengths, cfg.detach)
-        nll = -logprobs.sum()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            logprobs = trainer(batch.inputs, batch.targets, batch.lengths, cfg.detach)
+        nll = -logprobs.float().sum()
         tokens = batch.num_tokens
         (nll / tokens).backward()
         if cfg.clip > 0:
@@ -235,7 +237,9 @@ def _load_resume(directory: Path, model: LanguageModel, optimizer: torch.optim.O
         raise ValueError(f"{directory}: cannot resume, the model config differs from the saved one")
     saved_train = meta["train_config"]
     free = ("epochs", "num_threads", "device")  # may change between sessions without changing the training
-    changed = sorted(k for k, v in cfg.to_dict().items() if k not in free and saved_train.get(k) != v)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # options added since it was saved
+    changed = sorted(k for k, v in cfg.to_dict().items()
+                     if k not in free and saved_train.get(k, defaults[k]) != v)
     if changed:
         raise ValueError(f"{directory}: cannot resume, training option(s) changed: {', '.join(changed)}")
     load_model(model, str(directory / "model.safetensors"), device=str(device))

@@ -43,6 +43,7 @@ _HELP = {
     "init_range": "uniform init range", "detach": "FPI|theta: no gradient through earlier iterations",
     "seed": "random seed", "device": "auto, cpu, cuda, cuda:N", "num_threads": "CPU threads",
     "max_train_sentences": "use only the first N training sentences",
+    "precision": "fp32, or bf16 (bfloat16 autocast in the training forward pass)",
 }
 
 

@@ -42,3 +42,19 @@ def test_tables_carry_the_measured_values_and_mark_incomplete_runs(tmp_path):
 def test_committed_readme_matches_committed_json():
     assert (RESULTS / "README.md").read_text(encoding="utf-8") == render(RESULTS), \
         "bench/results/README.md is stale: run python -m bench.report"
+
+
+def test_precision_check_pairs_complete_runs_of_both_precisions(tmp_path):
+    def summary(ppl: float, complete: bool, precision: str) -> dict:
+        run = {"epochs_done": 20 if complete else 5, "complete": complete, "best_valid_ppl": ppl, "best_epoch": 5,
+               "seconds_per_epoch": 100.0 if precision == "fp32" else 60.0, "device": "cpu", "precision": precision}
+        return {"dataset": "ptb", "epochs": 20, "paper": {}, "runs": {"rnn-bptt": run, "afp-fpi-rho2": {**run,
+                "complete": False, "epochs_done": 3}}}
+
+    _write(tmp_path / "ptb" / "summary.json", summary(160.0, True, "fp32"))
+    _write(tmp_path / "ptb-bf16" / "summary.json", summary(161.6, True, "bf16"))
+    text = render(tmp_path)
+    assert "### ptb: float32 against bfloat16-autocast training of the same runs" in text
+    assert "| rnn-bptt | 160.00 | 161.60 | +1.00% | 100.00 | 60.00 |" in text
+    assert "| afp-fpi-rho2 | 160.00 | 161.60 |" not in text  # incomplete runs are not compared
+    assert "| rnn-bptt | 161.60 | 5 | 20 | 60.00 | cpu | bf16 |" in text

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lm.checkpoint import load_checkpoint
 from lm.config import TrainConfig
@@ -102,3 +103,32 @@ def test_cli_train_rejects_bad_options(tmp_path, corpus, capsys):
     assert main(["train", "--train", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")]) == 2
     assert "nope.txt: no such file" in capsys.readouterr().err
     assert not (tmp_path / "x" / "config.json").exists()
+
+
+def test_bf16_autocast_trains_as_well_as_fp32_and_keeps_float32_weights(tmp_path, corpus):
+    fields = {"mode": "afp", "rho": 2, "hidden": 16}
+    fp32 = train(fields, config(corpus), tmp_path / "fp32", progress=False)
+    bf16 = train(fields, config(corpus, precision="bf16"), tmp_path / "bf16", progress=False)
+    ppl32, ppl16 = ([m["valid_ppl"] for m in r.metrics] for r in (fp32, bf16))
+    assert ppl16 != ppl32  # bfloat16 really ran (rounded matmuls give other numbers)
+    assert ppl16 == pytest.approx(ppl32, rel=0.05)
+    assert [m["precision"] for m in bf16.metrics] == ["bf16"] * 3
+    loaded = load_checkpoint(tmp_path / "bf16")
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
+    assert loaded.training["train_config"]["precision"] == "bf16"
+
+
+def test_precision_is_checked_and_fixed_across_resume(tmp_path, corpus):
+    with pytest.raises(ValueError, match="precision: must be one of"):
+        config(corpus, precision="fp16")
+    fields = {"mode": "afp", "rho": 2, "hidden": 12}
+    train(fields, config(corpus).replace(epochs=1), tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match="training option.*precision"):
+        train(fields, config(corpus, precision="bf16"), tmp_path / "run", resume=True, progress=False)
+    # a run saved before the option existed resumes with the default
+    state_path = tmp_path / "run" / "resume" / "state.json"
+    state = json.loads(state_path.read_text())
+    del state["train_config"]["precision"]
+    state_path.write_text(json.dumps(state))
+    resumed = train(fields, config(corpus).replace(epochs=2), tmp_path / "run", resume=True, progress=False)
+    assert [m["epoch"] for m in resumed.metrics] == [1, 2]
