@@ -24,8 +24,11 @@ After each run the table ``summary.json`` and the plot ``ppl_vs_rho.png`` are re
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import multiprocessing
+import signal
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -52,12 +55,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def run_specs(rhos: list[int]) -> dict[str, dict[str, Any]]:
-    """Run name -> model fields (plus ``detach``) for every configuration of the study."""
+    """Run name -> model fields (plus ``detach``) for every configuration of the study.
+
+    FPI|theta needs rho >= 2: with one iteration there is nothing to detach, and the run would
+    repeat ``afp-fpi-rho1`` bit for bit (the plot draws that point on both curves).
+    """
     specs: dict[str, dict[str, Any]] = {"rnn-bptt": {"mode": "exact"}}
     for rho in rhos:
         specs[f"afp-fpi-rho{rho}"] = {"mode": "afp", "rho": rho}
     for rho in rhos:
-        specs[f"afp-fpi-detach-rho{rho}"] = {"mode": "afp", "rho": rho, "detach": True}
+        if rho >= 2:
+            specs[f"afp-fpi-detach-rho{rho}"] = {"mode": "afp", "rho": rho, "detach": True}
     specs["ffnn-2gram"] = {"arch": "ffnn", "order": 2}
     specs["lstm-bptt"] = {"cell": "lstm", "mode": "exact"}
     return specs
@@ -96,6 +104,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     for prefix, label, marker in (("afp-fpi-rho", "AFP, FPI", "o"), ("afp-fpi-detach-rho", "AFP, FPI|θ", "s")):
         points = sorted((int(n[len(prefix):]), r["best_valid_ppl"], r["complete"]) for n, r in runs.items()
                         if n.startswith(prefix) and n[len(prefix):].isdigit())
+        if prefix == "afp-fpi-detach-rho" and points and "afp-fpi-rho1" in runs:  # rho 1: FPI|theta is FPI
+            points.insert(0, (1, runs["afp-fpi-rho1"]["best_valid_ppl"], runs["afp-fpi-rho1"]["complete"]))
         if not points:
             continue
         xs, ys, done = zip(*points)
@@ -151,6 +161,12 @@ def train_run(name: str, spec: dict[str, Any], dataset: str, epochs: int, out: P
     return result.best_valid_ppl
 
 
+def die_with_parent() -> None:
+    """Pool worker initializer: on Linux, a killed driver takes its training workers with it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=sorted(PRESETS), default="ptb")
@@ -189,7 +205,7 @@ def main() -> None:
             summarize(args.dataset, out, specs, epochs)
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=context, initializer=die_with_parent) as pool:
             futures = [pool.submit(run, name, specs[name]) for name in todo]
             for future in as_completed(futures):
                 future.result()
