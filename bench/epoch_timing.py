@@ -8,6 +8,7 @@ step, while AFP-rho needs rho steps for all positions at once.
 
   python -m bench.epoch_timing                      # CPU
   python -m bench.epoch_timing --device cuda        # GPU, when there is one
+  python -m bench.epoch_timing --precision fp32 bf16 # also under bfloat16 autocast ("... bf16" rows)
 
 Writes ``bench/results/epoch_timing_<device>.json`` and ``.png``.
 """
@@ -36,15 +37,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_round(model, optimizer, sample, detach: bool, device: torch.device) -> float:
+def time_round(model, optimizer, sample, detach: bool, precision: str, device: torch.device) -> float:
+    from lm.train import train_step
+
     sync(device)
     started = time.perf_counter()
     for batch in sample:
-        optimizer.zero_grad(set_to_none=True)
-        nll = -model(batch.inputs, batch.targets, batch.lengths, detach).sum()
-        (nll / batch.num_tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        train_step(model, model, optimizer, batch, detach, clip=1.0, precision=precision)
     sync(device)
     return time.perf_counter() - started
 
@@ -53,8 +52,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     names = list(result["configs"])
     ratios = [result["configs"][n]["ratio_to_exact"] for n in names]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    bars = ax.bar(names, ratios, color=["gray"] + ["C0"] * (len(names) - 1))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(names)), 4))
+    colors = ["gray" if i == 0 else "C1" if n.endswith(" bf16") else "C0" for i, n in enumerate(names)]
+    bars = ax.bar(names, ratios, color=colors)
     ax.bar_label(bars, fmt="%.2f")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_ylabel("epoch time / exact BPTT epoch time")
@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
+                        help="training precisions to time; ratios are to exact BPTT in the first one")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -91,29 +93,32 @@ def main() -> None:
     scale = len(all_batches) / len(sample)
 
     models = {}
-    for name, spec in CONFIGS.items():
-        spec = dict(spec)
-        detach = spec.pop("detach", False)
-        torch.manual_seed(0)
-        model = build_model(ModelConfig(vocab_size=data.vocab.size, hidden=args.hidden, **spec))
-        model.reset_parameters(0.05)
-        prepare_model(model, data.vocab).to(device).train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        time_round(model, optimizer, sample[:5], detach, device)  # warm-up
-        models[name] = (model, optimizer, detach)
+    for precision in args.precision:
+        for base, spec in CONFIGS.items():
+            spec = dict(spec)
+            detach = spec.pop("detach", False)
+            name = base if precision == args.precision[0] else f"{base} {precision}"
+            torch.manual_seed(0)
+            model = build_model(ModelConfig(vocab_size=data.vocab.size, hidden=args.hidden, **spec))
+            model.reset_parameters(0.05)
+            prepare_model(model, data.vocab).to(device).train()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            time_round(model, optimizer, sample[:5], detach, precision, device)  # warm-up
+            models[name] = (model, optimizer, detach, precision)
 
-    times: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    times: dict[str, list[float]] = {name: [] for name in models}
     for round_index in range(args.rounds):
-        for name, (model, optimizer, detach) in models.items():
-            times[name].append(time_round(model, optimizer, sample, detach, device))
+        for name, (model, optimizer, detach, precision) in models.items():
+            times[name].append(time_round(model, optimizer, sample, detach, precision, device))
         print(f"round {round_index + 1}/{args.rounds}: " +
-              ", ".join(f"{n} {times[n][-1]:.2f}s" for n in CONFIGS), flush=True)
+              ", ".join(f"{n} {times[n][-1]:.2f}s" for n in models), flush=True)
 
     exact = statistics.median(times["exact (BPTT)"])
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     result = {
         "benchmark": "bench.epoch_timing", "device": str(device), "device_name": device_name,
         "hidden": args.hidden, "batch_size": args.batch_size, "batches_per_round": len(sample),
+        "precisions": args.precision,
         "rounds": args.rounds, "epoch_batches": len(all_batches), "epoch_tokens": data.train.tokens,
         "configs": {name: {"round_seconds": t, "median_round_seconds": statistics.median(t),
                            "seconds_per_epoch": statistics.median(t) * scale,

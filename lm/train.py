@@ -26,11 +26,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
+from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from lm.checkpoint import prepare_model, read_config, save_checkpoint
 from lm.config import ModelConfig, TrainConfig
-from lm.corpus import EncodedCorpus, batches, encode, load_corpus
+from lm.corpus import Batch, EncodedCorpus, batches, encode, load_corpus
 from lm.evaluate import score_corpus
 from lm.model import LanguageModel, build_model
 from lm.vocab import Vocabulary
@@ -181,18 +182,8 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
     bar = tqdm(stream, total=total, desc=f"epoch {epoch}", unit="batch", disable=not show, leave=False)
     for batch in bar:
-        batch = batch.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
-            logprobs = trainer(batch.inputs, batch.targets, batch.lengths, cfg.detach)
-        nll = -logprobs.float().sum()
-        tokens = batch.num_tokens
-        (nll / tokens).backward()
-        if cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        optimizer.step()
-        loss_sum += float(nll.detach())
-        token_count += tokens
+        loss_sum += float(train_step(trainer, model, optimizer, batch.to(device), cfg.detach, cfg.clip, cfg.precision))
+        token_count += batch.num_tokens
         if show:
             bar.set_postfix(ppl=f"{math.exp(loss_sum / token_count):.1f}", refresh=False)
     if world > 1:
@@ -200,6 +191,25 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
         dist.all_reduce(totals)
         loss_sum, token_count = float(totals[0]), int(totals[1])
     return loss_sum, token_count
+
+
+def train_step(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.optim.Optimizer, batch: Batch,
+               detach: bool, clip: float, precision: str) -> Tensor:
+    """One optimisation step on a batch (already on the model's device): forward (under bfloat16
+    autocast when ``precision == "bf16"``), mean token NLL backward, clipping, optimizer step.
+
+    ``trainer`` is the model or its DDP wrapper. Returns the batch's summed NLL, a detached
+    float32 scalar (no host sync).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(batch.inputs.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logprobs = trainer(batch.inputs, batch.targets, batch.lengths, detach)
+    nll = -logprobs.float().sum()
+    (nll / batch.num_tokens).backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return nll.detach()
 
 
 def _validate(model: LanguageModel, valid: EncodedCorpus | None, rank: int, world: int,
