@@ -8,6 +8,8 @@ checkpoint, learning rate halved after an epoch without validation gain):
   afp-fpi-detach-rho{..}  AFP-rho trained by FPI|theta (no gradient through earlier iterations)
   ffnn-2gram              feed-forward bigram model (the paper's FFNN_2)
   lstm-bptt               exact LSTM
+  kn-5gram                interpolated modified Kneser-Ney 5-gram (counted in seconds; a reference
+                          that places our validation perplexities next to the paper's test ones)
 
 Every run writes ``bench/results/<dataset>/runs/<name>/metrics.jsonl`` and is resumable: run the
 command again and finished runs are skipped, interrupted ones continue from their last epoch.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import json
 import multiprocessing
 import signal
 import sys
@@ -68,7 +71,13 @@ def run_specs(rhos: list[int]) -> dict[str, dict[str, Any]]:
             specs[f"afp-fpi-detach-rho{rho}"] = {"mode": "afp", "rho": rho, "detach": True}
     specs["ffnn-2gram"] = {"arch": "ffnn", "order": 2}
     specs["lstm-bptt"] = {"cell": "lstm", "mode": "exact"}
+    specs["kn-5gram"] = {"arch": "kn", "order": 5}  # counted, not trained: one "epoch"
     return specs
+
+
+def run_epochs(spec: dict[str, Any], epochs: int) -> int:
+    """Epochs that complete a run: a count-based model has one."""
+    return 1 if spec.get("arch") == "kn" else epochs
 
 
 def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs: int) -> dict[str, Any]:
@@ -80,7 +89,7 @@ def summarize(dataset: str, out: Path, specs: dict[str, dict[str, Any]], epochs:
             continue
         valid = [m["valid_ppl"] for m in metrics]
         runs[name] = {
-            "spec": spec, "epochs_done": len(metrics), "complete": len(metrics) >= epochs,
+            "spec": spec, "epochs_done": len(metrics), "complete": len(metrics) >= run_epochs(spec, epochs),
             "best_valid_ppl": min(valid), "best_epoch": valid.index(min(valid)) + 1,
             "seconds_per_epoch": sum(m["seconds"] for m in metrics) / len(metrics),
             "device": metrics[-1]["device"], "precision": metrics[-1].get("precision", "fp32"),
@@ -115,7 +124,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         if finished:
             ax.plot(*zip(*finished), linestyle="none", marker=marker, color=line.get_color())
     for name, label, style in (("rnn-bptt", "RNN, BPTT", "--"), ("lstm-bptt", "LSTM, BPTT", ":"),
-                               ("ffnn-2gram", "FFNN bigram", "-.")):
+                               ("ffnn-2gram", "FFNN bigram", "-."), ("kn-5gram", "KN 5-gram", (0, (1, 1)))):
         if name in runs:
             ax.axhline(runs[name]["best_valid_ppl"], linestyle=style, color="gray",
                        label=label + ("" if runs[name]["complete"] else " (incomplete)"))
@@ -136,6 +145,28 @@ def priority(names: list[str]) -> list[str]:
         return "-rho" in name and int(name.rsplit("-rho", 1)[1]) not in (1, 2, 4, 8)
 
     return [n for n in names if not late(n)] + [n for n in names if late(n)]
+
+
+def count_kn(name: str, spec: dict[str, Any], dataset: str, out: Path) -> float:
+    """Fit the Kneser-Ney reference on the training text and record its validation perplexity."""
+    from bench.kneser_ney import KneserNey
+    from lm.config import TrainConfig
+    from lm.train import load_data
+
+    preset = PRESETS[dataset]
+    started = time.perf_counter()
+    data = load_data(TrainConfig(train=str(preset["train"]), valid=str(preset["valid"])))
+    model = KneserNey.fit((s.tolist() for s in data.train.ids), spec["order"], sum(data.vocab.predictable_mask()),
+                          data.vocab.bos_id)
+    assert data.valid is not None
+    valid_ppl = model.perplexity(s.tolist() for s in data.valid.ids)
+    metrics = {"epoch": 1, "valid_ppl": valid_ppl, "train_ppl": model.perplexity(s.tolist() for s in data.train.ids),
+               "seconds": time.perf_counter() - started, "device": "cpu", "precision": "fp64",
+               "discounts": [list(level.discounts) for level in model.orders]}
+    (out / "runs" / name).mkdir(parents=True, exist_ok=True)
+    (out / "runs" / name / "metrics.jsonl").write_text(json.dumps(metrics) + "\n", encoding="utf-8")
+    print(f"{name}: valid ppl {valid_ppl:.2f} ({metrics['seconds']:.0f}s)", flush=True)
+    return valid_ppl
 
 
 def train_run(name: str, spec: dict[str, Any], dataset: str, epochs: int, out: Path, device: str,
@@ -194,9 +225,12 @@ def main() -> None:
     unknown = sorted(set(names) - set(specs))
     if unknown:
         raise SystemExit(f"unknown run(s) {unknown}; known: {list(specs)}")
-    todo = [n for n in names if len(read_metrics(out / "runs" / n)) < epochs]
+    todo = [n for n in names if len(read_metrics(out / "runs" / n)) < run_epochs(specs[n], epochs)]
     for name in sorted(set(names) - set(todo)):
         print(f"{name}: done")
+    for name in [n for n in todo if specs[n].get("arch") == "kn"]:
+        count_kn(name, specs[name], args.dataset, out)
+        todo.remove(name)
     run = functools.partial(train_run, dataset=args.dataset, epochs=epochs, out=out, device=args.device,
                             threads=args.threads, precision=args.precision)
     if args.jobs <= 1:
