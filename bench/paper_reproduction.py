@@ -132,7 +132,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax.set_xticks(range(1, max(rhos) + 1))
     ax.set_xlabel("ρ (fixed-point iterations = tokens of context); hollow: run incomplete")
     ax.set_ylabel("validation perplexity")
-    precisions = ", ".join(sorted({r.get("precision", "fp32") for r in runs.values()}))
+    precisions = ", ".join(sorted({r.get("precision", "fp32") for r in runs.values() if r["spec"].get("arch") != "kn"}))
     ax.set_title(f"{summary['dataset']} ({precisions} training): perplexity against ρ")
     ax.grid(alpha=0.3)
     ax.legend()

@@ -9,7 +9,8 @@ from bench.paper_reproduction import priority, run_specs, summarize
 
 def test_the_study_has_every_configuration_once():
     specs = run_specs(list(range(1, 9)))
-    assert len(specs) == 1 + 8 + 7 + 2
+    assert len(specs) == 1 + 8 + 7 + 3
+    assert specs["kn-5gram"] == {"arch": "kn", "order": 5}
     assert "afp-fpi-detach-rho1" not in specs  # one iteration: FPI|theta would repeat afp-fpi-rho1 exactly
     assert specs["afp-fpi-detach-rho5"] == {"mode": "afp", "rho": 5, "detach": True}
     assert specs["ffnn-2gram"] == {"arch": "ffnn", "order": 2}
