@@ -65,15 +65,25 @@ def reproduction(results: Path) -> list[str]:
                  run["seconds_per_epoch"], run["device"], run.get("precision", "fp32")] for name, run in runs.items()]
         lines += _table(["run", "best valid ppl", "at epoch", "epochs", "mean s/epoch", "device", "precision"], rows)
         note = paper.pop("note", "the paper's figures")
+        kn_ours, kn_paper = runs.get("kn-5gram", {}).get("best_valid_ppl"), paper.get("kn-5gram")
+        calibrated = kn_ours is not None and kn_paper is not None
         rows = []
         for family, reference in paper.items():
             mine = {n: r for n, r in runs.items() if _family(n) == family}
             best = min(mine, key=lambda n: mine[n]["best_valid_ppl"]) if mine else None
             ours = "not run" if best is None else f"{mine[best]['best_valid_ppl']:.2f} ({best}" + \
                 ("" if all(r["complete"] for r in mine.values()) else ", some runs incomplete") + ")"
-            rows.append([family, ours, f"{reference}"])
+            row = [family, ours, f"{reference}"]
+            if calibrated:
+                row += ["" if best is None else f"{mine[best]['best_valid_ppl'] / kn_ours:.3f}",
+                        f"{reference / kn_paper:.3f}"]
+            rows.append(row)
+        header = ["model", "ours (valid)", "paper"] + (["ours / our KN 5-gram", "paper / paper's KN 5-gram"]
+                                                       if calibrated else [])
         lines += ["Against the paper (ours: the best validation perplexity of the family; paper: "
-                  f"{note}):", "", *_table(["model", "ours (valid)", "paper"], rows)]
+                  f"{note}" + ("; the ratios to each side's own KN 5-gram compare the two across the "
+                               "validation/test difference" if calibrated else "") + "):", "",
+                  *_table(header, rows)]
     return lines + _precision_check(dict(summaries))
 
 

@@ -58,3 +58,17 @@ def test_precision_check_pairs_complete_runs_of_both_precisions(tmp_path):
     assert "| rnn-bptt | 160.00 | 161.60 | +1.00% |" in text
     assert "| afp-fpi-rho2 | 160.00 | 161.60 |" not in text  # incomplete runs are not compared
     assert "| rnn-bptt | 161.60 | 5 | 20 | 60.00 | cpu | bf16 |" in text
+
+
+def test_the_kn_5gram_calibrates_ours_against_the_paper(tmp_path):
+    def run(ppl: float) -> dict:
+        return {"epochs_done": 20, "complete": True, "best_valid_ppl": ppl, "best_epoch": 9,
+                "seconds_per_epoch": 1.0, "device": "cpu"}
+
+    _write(tmp_path / "ptb" / "summary.json", {
+        "dataset": "ptb", "epochs": 20, "paper": {"rnn-bptt": 142.1, "kn-5gram": 141.2, "ffnn-2gram": 179.0},
+        "runs": {"rnn-bptt": run(160.0), "kn-5gram": {**run(150.0), "epochs_done": 1}}})
+    text = render(tmp_path)
+    assert "| rnn-bptt | 160.00 (rnn-bptt) | 142.1 | 1.067 | 1.006 |" in text
+    assert "| kn-5gram | 150.00 (kn-5gram) | 141.2 | 1.000 | 1.000 |" in text
+    assert "| ffnn-2gram | not run | 179.0 |  | 1.268 |" in text
