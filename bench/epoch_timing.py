@@ -43,7 +43,7 @@ def time_round(model, optimizer, sample, detach: bool, precision: str, device: t
     sync(device)
     started = time.perf_counter()
     for batch in sample:
-        train_step(model, model, optimizer, batch, detach, clip=1.0, precision=precision)
+        train_step(model, optimizer, batch, detach, clip=1.0, precision=precision)
     sync(device)
     return time.perf_counter() - started
 

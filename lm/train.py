@@ -182,7 +182,7 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
     bar = tqdm(stream, total=total, desc=f"epoch {epoch}", unit="batch", disable=not show, leave=False)
     for batch in bar:
-        loss_sum += float(train_step(trainer, model, optimizer, batch.to(device), cfg.detach, cfg.clip, cfg.precision))
+        loss_sum += float(train_step(trainer, optimizer, batch.to(device), cfg.detach, cfg.clip, cfg.precision))
         token_count += batch.num_tokens
         if show:
             bar.set_postfix(ppl=f"{math.exp(loss_sum / token_count):.1f}", refresh=False)
@@ -193,13 +193,13 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
     return loss_sum, token_count
 
 
-def train_step(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.optim.Optimizer, batch: Batch,
-               detach: bool, clip: float, precision: str) -> Tensor:
+def train_step(trainer: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, detach: bool, clip: float,
+               precision: str) -> Tensor:
     """One optimisation step on a batch (already on the model's device): forward (under bfloat16
     autocast when ``precision == "bf16"``), mean token NLL backward, clipping, optimizer step.
 
     ``trainer`` is the model or its DDP wrapper. Returns the batch's summed NLL, a detached
-    float32 scalar (no host sync).
+    float32 scalar.
     """
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(batch.inputs.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
@@ -207,7 +207,7 @@ def train_step(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.
     nll = -logprobs.float().sum()
     (nll / batch.num_tokens).backward()
     if clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        torch.nn.utils.clip_grad_norm_(trainer.parameters(), clip)
     optimizer.step()
     return nll.detach()
 
