@@ -122,10 +122,19 @@ def bundled(results: Path) -> list[str]:
 def epoch_timing(results: Path) -> list[str]:
     lines = ["## Training time per epoch, AFP-rho against exact BPTT (`python -m bench.epoch_timing`)", ""]
     for device, data in _device_files(results, "epoch_timing"):
-        rows = [[name, c["seconds_per_epoch"], c["ratio_to_exact"]] for name, c in data["configs"].items()]
+        configs = data["configs"]
+        rows = [[name, c["seconds_per_epoch"], c["ratio_to_exact"]] for name, c in configs.items()]
+        header = ["configuration", "s/epoch (extrapolated)", "ratio to exact"]
+        precisions = data.get("precisions", ["fp32"])
+        if len(precisions) > 1:  # "<config> <precision>" rows: also against exact BPTT at the same precision
+            header.append("ratio to exact, same precision")
+            for row in rows:
+                suffix = next((f" {p}" for p in precisions[1:] if row[0].endswith(f" {p}")), "")
+                row.append(row[1] / configs[f"exact (BPTT){suffix}"]["seconds_per_epoch"])
         lines += [f"### {device}: {_where(data)}; hidden {data['hidden']}, batch {data['batch_size']}, "
-                  f"PTB ({data['epoch_tokens']:,} tokens per epoch)", "",
-                  *_table(["configuration", "s/epoch (extrapolated)", "ratio to exact"], rows)]
+                  f"PTB ({data['epoch_tokens']:,} tokens per epoch)"
+                  + (f"; training precisions {', '.join(precisions)}" if len(precisions) > 1 else ""), "",
+                  *_table(header, rows)]
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
 
 

@@ -72,3 +72,16 @@ def test_the_kn_5gram_calibrates_ours_against_the_paper(tmp_path):
     assert "| rnn-bptt | 160.00 (rnn-bptt) | 142.1 | 1.067 | 1.006 |" in text
     assert "| kn-5gram | 150.00 (kn-5gram) | 141.2 | 1.000 | 1.000 |" in text
     assert "| ffnn-2gram | not run | 179.0 |  | 1.268 |" in text
+
+
+def test_epoch_timing_with_two_precisions_also_compares_within_each(tmp_path):
+    _write(tmp_path / "epoch_timing_cpu.json", {
+        "hidden": 100, "batch_size": 20, "epoch_tokens": 1000, "precisions": ["fp32", "bf16"],
+        "configs": {"exact (BPTT)": {"seconds_per_epoch": 10.0, "ratio_to_exact": 1.0},
+                    "AFP-2 FPI": {"seconds_per_epoch": 9.0, "ratio_to_exact": 0.9},
+                    "exact (BPTT) bf16": {"seconds_per_epoch": 8.0, "ratio_to_exact": 0.8},
+                    "AFP-2 FPI bf16": {"seconds_per_epoch": 6.0, "ratio_to_exact": 0.6}}})
+    text = render(tmp_path)
+    assert "training precisions fp32, bf16" in text
+    assert "| AFP-2 FPI | 9.00 | 0.90 | 0.90 |" in text
+    assert "| AFP-2 FPI bf16 | 6.00 | 0.60 | 0.75 |" in text  # 6 / 8: against exact BPTT in bf16
