@@ -123,10 +123,11 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         finished = [(x, y) for x, y, d in zip(xs, ys, done, strict=True) if d]
         if finished:
             ax.plot(*zip(*finished), linestyle="none", marker=marker, color=line.get_color())
-    for name, label, style in (("rnn-bptt", "RNN, BPTT", "--"), ("lstm-bptt", "LSTM, BPTT", ":"),
-                               ("ffnn-2gram", "FFNN bigram", "-."), ("kn-5gram", "KN 5-gram", (0, (1, 1)))):
+    for name, label, style, color in (("rnn-bptt", "RNN, BPTT", "--", "black"), ("lstm-bptt", "LSTM, BPTT", ":", "C4"),
+                                      ("ffnn-2gram", "FFNN bigram", "-.", "gray"),
+                                      ("kn-5gram", "KN 5-gram", (0, (1, 1)), "C2")):
         if name in runs:
-            ax.axhline(runs[name]["best_valid_ppl"], linestyle=style, color="gray",
+            ax.axhline(runs[name]["best_valid_ppl"], linestyle=style, color=color,
                        label=label + ("" if runs[name]["complete"] else " (incomplete)"))
     if rhos:
         ax.set_xticks(range(1, max(rhos) + 1))
