@@ -85,7 +85,7 @@ def kaldi_style_rescore(lattice: Lattice, rnn: LoadedModel, history: int, acoust
     first_arc = torch.full((num_states,), expansion.num_arcs, device=device).scatter_reduce(
         0, dst, arc_ids, reduce="amin", include_self=True)  # arcs are sorted by source: the first to arrive
     cell = model.cell
-    state = cell.initial_state(model.output_layer.weight, (num_states,))
+    state = cell.initial_state(model.embedding.weight, (num_states,))
     bos = model.cell.project(model.embedding(torch.tensor([vocab.bos_id], device=device)))
     state[0] = cell.step(cell.initial_state(bos, (1,)), bos)[0]
     state_level = lattice.to(device).levels[expansion.state_orig]

@@ -1,12 +1,17 @@
 """Train the bundled models: candidates per preset, the best by validation perplexity is installed.
 
   python -m bench.train_bundled conversational    # the default model, models/conversational/
+  python -m bench.train_bundled librispeech       # models/librispeech/ (LM text: Gutenberg books)
   python -m bench.train_bundled ptb               # models/ptb/
 
-Every candidate trains into ``bench/results/bundled/<preset>/<candidate>/`` (resumable: run again
-to continue). The winner, among candidates with ``rho <= max_rho``, is copied to
-``models/<preset>/`` (config.json + model.safetensors) with ``TRAINING.md`` saying how it was
-trained; ``bench/results/bundled/<preset>.json`` holds every candidate's numbers.
+Every candidate trains into ``<runs>/<preset>/<candidate>/`` (``--runs``, default
+``bench/results/bundled``; resumable: run again to continue), and its ``metrics.jsonl`` is
+copied to ``bench/results/bundled/<preset>/<candidate>/`` as it goes. The winner, among the AFP
+candidates with ``rho <= max_rho`` (``baseline`` candidates, such as a full-recurrence model for
+comparison, are trained but never installed), is copied to ``models/<preset>/`` (config.json +
+model.safetensors, in bfloat16 where the preset says so, its validation perplexity measured again
+on the stored weights) with ``TRAINING.md`` saying how it was trained and under which licences;
+``bench/results/bundled/<preset>.json`` holds every candidate's numbers.
 """
 
 from __future__ import annotations
@@ -21,12 +26,50 @@ from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, read_metr
 
 COMMON_TRAIN = {"batch_size": 20, "lr": 1e-3, "lr_decay": 0.5, "clip": 1.0, "init_range": 0.05, "seed": 1}
 
+CONVERSATIONAL = ("switchboard", "meetings", "conversational-text")
+
 PRESETS: dict[str, dict[str, Any]] = {
     "conversational": {
+        # switchboard + meetings + conversational-text (2.7M words), concatenated in this order
+        "train": [SHARED_DATA / name / "train.txt" for name in CONVERSATIONAL],
+        "valid": [SHARED_DATA / name / "valid.txt" for name in CONVERSATIONAL],
+        "epochs": 12,
+        "max_rho": 5,
+        "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
+        "licence": ("Switchboard (SwDA transcripts): CC BY-NC-SA 3.0, research use, the model inherits the "
+                    "non-commercial term; AMI and ICSI meeting transcripts (QMSum release): CC BY 4.0, QMSum MIT; "
+                    "conversational-text: Mikolov rnnlm toolkit example data, BSD-style"),
+        "candidates": {
+            **{f"gru-h384-rho{r}": {"cell": "gru", "hidden": 384, "mode": "afp", "rho": r, "dropout": 0.25,
+                                    "tie_weights": True} for r in (3, 4, 5)},
+            "lstm-h384-rho4": {"cell": "lstm", "hidden": 384, "mode": "afp", "rho": 4, "dropout": 0.25,
+                               "tie_weights": True},
+            "gru-h256-rho4": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": 4, "dropout": 0.25,
+                              "tie_weights": True},
+        },
+    },
+    "librispeech": {
+        "train": SHARED_DATA / "books" / "train.txt",
+        "valid": SHARED_DATA / "books" / "valid.txt",
+        "epochs": 4,
+        "max_rho": 6,
+        "store_dtype": "bfloat16",
+        "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
+        "licence": "Project Gutenberg books (public domain), via the GITenberg mirrors; see ../shared/data/books/BOOKS.tsv",
+        "candidates": {
+            "gru-h256-rho4": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": 4, "dropout": 0.1,
+                              "softmax": "adaptive"},
+            # icefall-style baseline for bench.wer: the same network with the full recurrence
+            "gru-h256-exact": {"cell": "gru", "hidden": 256, "mode": "exact", "dropout": 0.1,
+                               "softmax": "adaptive", "baseline": True},
+        },
+    },
+    "conversational-text": {  # the first default model's sweep (71k words of text)
         "train": SHARED_DATA / "conversational-text" / "train.txt",
         "valid": SHARED_DATA / "conversational-text" / "valid.txt",
         "epochs": 30,
         "max_rho": 4,  # lattice expansion grows with rho: keep the default model cheap to apply
+        "licence": "Mikolov rnnlm toolkit example data, BSD-style (COPYRIGHT.txt)",
         "candidates": {
             **{f"elman-h128-rho{r}": {"cell": "elman", "hidden": 128, "mode": "afp", "rho": r, "dropout": 0.3}
                for r in (2, 3, 4)},
@@ -42,6 +85,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "epochs": 15,
         "max_rho": 12,
         "train_options": {"batch_size": 32},
+        "licence": "Penn Treebank (Mikolov's simple-examples), research copy of LDC data",
         "candidates": {  # the conversational study's winner (tied GRU), scaled up for PTB's longer sentences
             "gru-h256-rho6": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": 6, "dropout": 0.4,
                               "tie_weights": True},
@@ -50,23 +94,101 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _sources(value: Path | list[Path]) -> list[Path]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _shared_name(path: Path) -> str:
+    """``data/books/train.txt`` for a file of ``../shared/data``."""
+    return str(Path(path).relative_to(SHARED_DATA.parent))
+
+
+def corpus_file(preset: str, part: str, runs: Path) -> Path:
+    """The preset's ``train``/``valid`` text as one file: the shared file itself, or the
+    concatenation of several (written once under ``runs``)."""
+    sources = _sources(PRESETS[preset][part])
+    for source in sources:
+        if not Path(source).is_file():
+            raise SystemExit(f"{source} is missing: this needs ../shared/data")
+    if len(sources) == 1:
+        return sources[0]
+    target = runs / preset / "data" / f"{part}.txt"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as out:
+            for source in sources:
+                text = Path(source).read_text(encoding="utf-8")
+                out.write(text if text.endswith("\n") else text + "\n")
+        tmp.replace(target)
+    return target
+
+
 def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[str, Any], metrics: list[dict],
-                  table: dict[str, Any]) -> str:
+                  table: dict[str, Any], stored: dict[str, Any]) -> str:
+    spec = PRESETS[preset]
     best = min(metrics, key=lambda m: m["valid_ppl"])
+    data = ", ".join(f"`{_shared_name(p)}`" for p in _sources(spec["train"]))
+    valid = ", ".join(f"`{_shared_name(p)}`" for p in _sources(spec["valid"]))
     lines = [
         f"# Bundled model `{preset}`", "",
         f"Chosen candidate: `{name}` ({json.dumps(fields)}).", "",
-        f"- Data: `{PRESETS[preset]['train'].relative_to(SHARED_DATA.parent)}`, validation "
-        f"`{PRESETS[preset]['valid'].relative_to(SHARED_DATA.parent)}` (from `../shared/`).",
+        f"- Data: {data}; validation {valid} (from `../shared/`).",
+        f"- Data licence: {spec.get('licence', 'see ../shared/data/SOURCES.md')}.",
         f"- Training options: {json.dumps(options)}, {len(metrics)} epochs on `{metrics[-1]['device']}`.",
-        f"- Best validation perplexity {best['valid_ppl']:.2f} at epoch {best['epoch']} (this checkpoint).",
+    ]
+    if stored.get("dtype") == "bfloat16":
+        lines.append(f"- Weights stored as bfloat16 (loaded as float32); validation perplexity "
+                     f"{best['valid_ppl']:.2f} with the trained float32 weights at epoch {best['epoch']}.")
+    lines += [
+        f"- Best validation perplexity {stored['valid_ppl']:.2f} at epoch {best['epoch']} (this checkpoint, "
+        f"as stored; {stored['tokens']} tokens, {stored['oov']} OOV words).",
         f"- Command: `python -m bench.train_bundled {preset}` (trains every candidate below, keeps the best "
-        f"with rho <= {PRESETS[preset]['max_rho']}).", "",
-        "| candidate | best valid ppl | epochs |", "|---|---|---|",
+        f"AFP model with rho <= {spec['max_rho']}).", "",
+        "| candidate | best valid ppl | epochs | s/epoch |", "|---|---|---|---|",
     ]
     for cand, row in sorted(table.items(), key=lambda kv: kv[1]["best_valid_ppl"]):
-        lines.append(f"| {cand} | {row['best_valid_ppl']:.2f} | {row['epochs']} |")
+        note = " (baseline, not installed)" if row["fields"].get("baseline") else ""
+        lines.append(f"| {cand}{note} | {row['best_valid_ppl']:.2f} | {row['epochs']} | "
+                     f"{row['seconds_per_epoch']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], table: dict[str, Any],
+            valid_file: Path) -> Path:
+    """Copy the winner to ``models/<preset>/`` (bfloat16 weights where the preset says so), measure
+    its validation perplexity as stored, and write ``TRAINING.md``."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from lm.checkpoint import load_checkpoint
+    from lm.corpus import encode, load_corpus
+    from lm.evaluate import score_corpus
+
+    spec = PRESETS[preset]
+    target = REPO_ROOT / "models" / preset
+    target.mkdir(parents=True, exist_ok=True)
+    dtype = spec.get("store_dtype", "float32")
+    tensors = load_file(str(run_dir / "model.safetensors"))
+    if dtype == "bfloat16":
+        tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
+    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "afp-rescore/1"})
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    loaded = load_checkpoint(target)
+    score = score_corpus(loaded.model, encode(load_corpus(valid_file), loaded.vocab))
+    stored = {"dtype": dtype, "valid_ppl": score.ppl, "tokens": score.tokens, "oov": score.oov}
+    training = config["training"]
+    training.update({"trained_valid_ppl": training["best_valid_ppl"], "best_valid_ppl": score.ppl,
+                     "stored_dtype": dtype, "data_licence": spec.get("licence"),
+                     "train_sources": [_shared_name(p) for p in _sources(spec["train"])],
+                     "valid_sources": [_shared_name(p) for p in _sources(spec["valid"])]})
+    (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    metrics = read_metrics(run_dir)
+    (target / "TRAINING.md").write_text(training_note(preset, winner, spec["candidates"][winner], options,
+                                                      metrics, table, stored), encoding="utf-8")
+    shutil.copy2(run_dir / "metrics.jsonl", target / "metrics.jsonl")
+    return target
 
 
 def main() -> None:
@@ -78,22 +200,31 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="candidates to train (default: all)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--runs", type=Path, default=RESULTS / "bundled",
+                        help="where the run directories live (weights, resume state)")
     parser.add_argument("--no-install", action="store_true", help="train and report, do not copy to models/")
     args = parser.parse_args()
 
     preset = PRESETS[args.preset]
-    if not Path(preset["train"]).is_file():
-        raise SystemExit(f"{preset['train']} is missing: this needs ../shared/data")
+    train_file, valid_file = corpus_file(args.preset, "train", args.runs), corpus_file(args.preset, "valid", args.runs)
     options = {**COMMON_TRAIN, **preset.get("train_options", {}), "epochs": preset["epochs"]}
-    out = RESULTS / "bundled" / args.preset
+    out = args.runs / args.preset
+    record_dir = RESULTS / "bundled" / args.preset
     for name in args.only or list(preset["candidates"]):
-        fields = preset["candidates"][name]
+        fields = {k: v for k, v in preset["candidates"][name].items() if k != "baseline"}
         if len(read_metrics(out / name)) >= preset["epochs"]:
             continue
-        cfg = TrainConfig(train=str(preset["train"]), valid=str(preset["valid"]), device=args.device,
+        cfg = TrainConfig(train=str(train_file), valid=str(valid_file), device=args.device,
                           num_threads=args.threads, **options)
         print(f"{name}: training {fields}", flush=True)
-        result = train(fields, cfg, out / name, resume=True, progress=False,
+
+        def keep(metrics: dict[str, Any], name: str = name) -> None:  # commit-able progress record
+            print(f"{name}: {json.dumps(metrics)}", flush=True)
+            if out != record_dir:
+                (record_dir / name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(out / name / "metrics.jsonl", record_dir / name / "metrics.jsonl")
+
+        result = train(fields, cfg, out / name, resume=True, progress=False, on_epoch=keep,
                        record={"command": f"python -m bench.train_bundled {args.preset}", "candidate": name})
         print(f"{name}: best valid ppl {result.best_valid_ppl:.2f}", flush=True)
 
@@ -105,7 +236,9 @@ def main() -> None:
                            "epochs": len(metrics), "seconds_per_epoch": sum(m["seconds"] for m in metrics) / len(metrics)}
     write_json(RESULTS / "bundled" / f"{args.preset}.json",
                {"preset": args.preset, "train_options": options, "candidates": table, "environment": environment()})
-    eligible = {n: r for n, r in table.items() if (r["fields"].get("rho") or 0) <= preset["max_rho"]}
+    eligible = {n: r for n, r in table.items()
+                if not r["fields"].get("baseline") and r["fields"].get("mode") == "afp"
+                and r["fields"]["rho"] <= preset["max_rho"]}
     if not eligible:
         raise SystemExit("no trained candidate yet")
     winner = min(eligible, key=lambda n: eligible[n]["best_valid_ppl"])
@@ -115,14 +248,7 @@ def main() -> None:
         return
     if table[winner]["epochs"] < preset["epochs"]:
         raise SystemExit(f"{winner} has {table[winner]['epochs']} of {preset['epochs']} epochs: not installed")
-    target = REPO_ROOT / "models" / args.preset
-    target.mkdir(parents=True, exist_ok=True)
-    for file in ("config.json", "model.safetensors"):
-        shutil.copy2(out / winner / file, target / file)
-    (target / "TRAINING.md").write_text(training_note(args.preset, winner, preset["candidates"][winner], options,
-                                                      read_metrics(out / winner), table), encoding="utf-8")
-    shutil.copy2(out / winner / "metrics.jsonl", target / "metrics.jsonl")
-    print(f"installed {target}")
+    print(f"installed {install(args.preset, winner, out / winner, options, table, valid_file)}")
 
 
 if __name__ == "__main__":

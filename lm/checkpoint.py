@@ -47,7 +47,7 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return self.model.output_layer.weight.device
+        return self.model.device
 
     def info(self) -> dict[str, Any]:
         """A JSON-able summary (what ``afp info --json`` prints)."""
@@ -66,6 +66,8 @@ class LoadedModel:
             "order": cfg.order if cfg.arch == "ffnn" else None,
             "context_size": cfg.context_size,
             "vocab_size": cfg.vocab_size,
+            "softmax": cfg.softmax,
+            "cutoffs": list(cfg.adaptive_cutoffs) if cfg.softmax == "adaptive" else None,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "device": str(self.device),
             "training": self.training,

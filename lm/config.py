@@ -17,6 +17,7 @@ from lm.cells import ACTIVATIONS, CELL_TYPES
 
 ARCHITECTURES = ("rnn", "ffnn")
 MODES = ("exact", "afp")
+SOFTMAXES = ("full", "adaptive")
 PRECISIONS = ("fp32", "bf16")
 
 C = TypeVar("C", bound="_JsonConfig")
@@ -88,8 +89,15 @@ class ModelConfig(_JsonConfig):
         an rnn setting only.
       rho: fixed-point iterations in ``afp`` mode; None otherwise.
       order: n of an ``ffnn`` n-gram model (its context is ``order - 1`` tokens).
-      tie_weights: share the embedding and output matrices (needs equal widths).
+      tie_weights: share the embedding and output matrices (needs equal widths; full softmax only).
       dropout: on embeddings and output features, training only.
+      softmax: ``full`` (one matrix over the whole vocabulary) or ``adaptive`` (Grave et al.'s
+        adaptive softmax: a head over the ``cutoffs[0]`` most frequent ids plus one entry per tail
+        cluster, each cluster a low-rank softmax of its own; still a normalised distribution, so
+        rescoring stays exact). Ids must be in frequency order, as a vocabulary built from text is.
+      cutoffs: adaptive softmax cluster boundaries, increasing, each in ``(0, vocab_size - 1)``;
+        None picks :func:`default_cutoffs`.
+      div_value: each tail cluster's projection is ``div_value`` times narrower than the last.
     """
 
     vocab_size: int
@@ -107,6 +115,9 @@ class ModelConfig(_JsonConfig):
     order: int = 2
     tie_weights: bool = False
     dropout: float = 0.0
+    softmax: str = "full"
+    cutoffs: tuple[int, ...] | None = None
+    div_value: float = 4.0
 
     def __post_init__(self) -> None:
         _check_int(self.vocab_size, "vocab_size", 4)
@@ -128,6 +139,24 @@ class ModelConfig(_JsonConfig):
             raise ValueError(f"rho: only used by an afp-mode rnn; set it to null for arch={self.arch} mode={self.mode}")
         _check_int(self.order, "order", 2)
         _check_number(self.dropout, "dropout", 0.0, 0.95)
+        _check(self.softmax in SOFTMAXES, "softmax", f"must be one of {SOFTMAXES}, got {self.softmax!r}")
+        _check_number(self.div_value, "div_value", 1.0, 64.0)
+        if self.cutoffs is not None:
+            _check(isinstance(self.cutoffs, (list, tuple)) and len(self.cutoffs) > 0, "cutoffs",
+                   f"must be a non-empty list of integers, got {self.cutoffs!r}")
+            object.__setattr__(self, "cutoffs", tuple(self.cutoffs))
+            for value in self.cutoffs:
+                _check_int(value, "cutoffs", 1)
+            _check(list(self.cutoffs) == sorted(set(self.cutoffs)) and self.cutoffs[-1] < self.vocab_size - 1,
+                   "cutoffs", f"must increase and stay below vocab_size - 1 = {self.vocab_size - 1}, got {self.cutoffs}")
+            _check(self.softmax == "adaptive", "cutoffs", "only used by softmax=adaptive")
+        _check(not (self.tie_weights and self.softmax == "adaptive"), "tie_weights",
+               "cannot be combined with softmax=adaptive")
+
+    @property
+    def adaptive_cutoffs(self) -> tuple[int, ...]:
+        """The adaptive softmax's cluster boundaries (the configured ones or the default)."""
+        return self.cutoffs if self.cutoffs is not None else default_cutoffs(self.vocab_size)
 
     @property
     def embedding_size(self) -> int:
@@ -147,6 +176,14 @@ class ModelConfig(_JsonConfig):
         cell = f"{self.cell}({self.activation})" if self.cell == "elman" else self.cell
         head = f"AFP-{self.rho}" if self.mode == "afp" else "exact"
         return f"{head} {cell} {self.layers}x{self.hidden}"
+
+
+def default_cutoffs(vocab_size: int) -> tuple[int, ...]:
+    """Adaptive-softmax boundaries for a frequency-ordered vocabulary: a head of the 2,000 most
+    frequent ids (about 85% of running words in English text), then clusters up to 10k, 50k and
+    200k ids where the vocabulary is that large; half the vocabulary for tiny ones."""
+    cutoffs = tuple(c for c in (2_000, 10_000, 50_000, 200_000) if c < vocab_size - 1)
+    return cutoffs or (max(1, vocab_size // 2),)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 
     """
     was_training = model.training
     model.eval()
-    device = model.output_layer.weight.device
+    device = model.device
     order = sorted(range(corpus.sentences), key=lambda i: len(corpus.ids[i]))
     results: list[torch.Tensor | None] = [None] * corpus.sentences
     start = 0

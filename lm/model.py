@@ -36,21 +36,39 @@ DEFAULT_SCORE_ELEMENTS = 1 << 24
 
 
 class LanguageModel(nn.Module, ABC):
-    """Common part: output layer, masked softmax, sentence and context scoring."""
+    """Common part: output layer (full or adaptive softmax), masked softmax, sentence and context scoring."""
 
     def __init__(self, config: ModelConfig, feature_size: int) -> None:
         super().__init__()
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
         self.dropout = nn.Dropout(config.dropout)
-        self.output_layer = nn.Linear(feature_size, config.vocab_size)
+        if config.softmax == "adaptive":
+            narrowest = int(feature_size // config.div_value ** len(config.adaptive_cutoffs))
+            if narrowest < 1:
+                raise ValueError(f"adaptive softmax: {len(config.adaptive_cutoffs)} tail clusters with div_value "
+                                 f"{config.div_value} leave the last cluster a projection of width 0 from "
+                                 f"{feature_size} features; use fewer cutoffs or a smaller div_value")
+            self.adaptive: nn.AdaptiveLogSoftmaxWithLoss | None = nn.AdaptiveLogSoftmaxWithLoss(
+                feature_size, config.vocab_size, list(config.adaptive_cutoffs), div_value=config.div_value,
+                head_bias=True)
+            self.output_layer: nn.Linear | None = None
+        else:
+            self.adaptive = None
+            self.output_layer = nn.Linear(feature_size, config.vocab_size)
         if config.tie_weights:
             if feature_size != config.embedding_size:
                 raise ValueError(
                     f"tie_weights needs the output features ({feature_size}) to be as wide as the embedding "
                     f"({config.embedding_size})")
+            assert self.output_layer is not None  # the config rejects tied adaptive softmax
             self.output_layer.weight = self.embedding.weight
         self.register_buffer("logit_mask", torch.zeros(config.vocab_size), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return self.embedding.weight.device
 
     # ------------------------------------------------------------------ to implement
     @abstractmethod
@@ -86,14 +104,61 @@ class LanguageModel(nn.Module, ABC):
             self.logit_mask[torch.tensor(token_ids, dtype=torch.long)] = float("-inf")
 
     def logits(self, features: Tensor) -> Tensor:
-        """Output layer with the blocked ids at -inf. ``(..., F) -> (..., vocab_size)``.
+        """Full-softmax output layer with the blocked ids at -inf. ``(..., F) -> (..., vocab_size)``.
 
         The block is added to the bias, so it costs nothing and its gradient is zero."""
+        if self.output_layer is None:
+            raise ValueError("an adaptive-softmax model has no single logit matrix: use log_probs")
         return F.linear(self.dropout(features), self.output_layer.weight, self.output_layer.bias + self.logit_mask)
 
     def log_probs(self, features: Tensor) -> Tensor:
-        """Normalized log-probabilities. ``(..., F) -> (..., vocab_size)``, natural log."""
-        return self.logits(features).log_softmax(dim=-1)
+        """Normalized log-probabilities of every id. ``(..., F) -> (..., vocab_size)``, natural log."""
+        if self.adaptive is None:
+            return self.logits(features).log_softmax(dim=-1)
+        shape = features.shape[:-1]
+        features = self.dropout(features).reshape(-1, features.shape[-1])
+        head = self._adaptive_head(features)
+        parts = [head[:, : self.adaptive.shortlist_size]]
+        for i, (lo, hi) in enumerate(self._clusters()):
+            parts.append(head[:, self.adaptive.shortlist_size + i, None] + self._adaptive_tail(i, features, lo, hi))
+        return torch.cat(parts, dim=1).reshape(*shape, self.config.vocab_size)
+
+    def target_log_probs(self, features: Tensor, targets: Tensor) -> Tensor:
+        """Log-probability of one target per row. ``features: (K, F)``, ``targets: int64 (K,)`` -> float32 ``(K,)``.
+
+        Full softmax: a cross-entropy over the vocabulary. Adaptive softmax: the head for every row
+        and, for rows whose target lies in a tail cluster, that cluster's softmax only."""
+        if self.adaptive is None:
+            return -F.cross_entropy(self.logits(features).float(), targets, reduction="none")
+        features = self.dropout(features)
+        head = self._adaptive_head(features)
+        shortlist = self.adaptive.shortlist_size
+        out = head.gather(1, targets.clamp(max=shortlist - 1).unsqueeze(1)).squeeze(1)
+        for i, (lo, hi) in enumerate(self._clusters()):
+            rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            tail = self._adaptive_tail(i, features[rows], lo, hi)
+            picked = tail.gather(1, (targets[rows] - lo).unsqueeze(1)).squeeze(1)
+            out = out.index_copy(0, rows, head[rows, shortlist + i] + picked)
+        return out
+
+    def _clusters(self) -> list[tuple[int, int]]:
+        assert self.adaptive is not None
+        bounds = self.adaptive.cutoffs  # [c0, c1, ..., vocab_size]
+        return list(zip(bounds[:-1], bounds[1:]))
+
+    def _adaptive_head(self, features: Tensor) -> Tensor:
+        """float32 ``(K, shortlist + clusters)`` head log-probabilities, blocked shortlist ids at -inf."""
+        assert self.adaptive is not None
+        shortlist = self.adaptive.shortlist_size
+        mask = F.pad(self.logit_mask[:shortlist], (0, self.adaptive.n_clusters))
+        return (self.adaptive.head(features).float() + mask).log_softmax(dim=-1)
+
+    def _adaptive_tail(self, cluster: int, features: Tensor, lo: int, hi: int) -> Tensor:
+        """float32 ``(K, hi - lo)`` log-probabilities within tail cluster ``cluster`` (ids ``lo..hi-1``)."""
+        assert self.adaptive is not None
+        return (self.adaptive.tail[cluster](features).float() + self.logit_mask[lo:hi]).log_softmax(dim=-1)
 
     def forward(self, inputs: Tensor, targets: Tensor, lengths: Tensor, detach: bool = False) -> Tensor:
         """Same as :meth:`token_logprobs` (so that DDP and hooks see the training computation)."""
@@ -103,8 +168,7 @@ class LanguageModel(nn.Module, ABC):
         """Log-probability of every target. ``inputs, targets: (B, T)``, ``lengths: (B,)`` ->
         ``(B, T)``; padding positions give 0. The softmax runs on real positions only."""
         mask = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
-        logits = self.logits(self.features(inputs, detach)[mask])
-        picked = -F.cross_entropy(logits, targets[mask], reduction="none")
+        picked = self.target_log_probs(self.features(inputs, detach)[mask], targets[mask])
         out = picked.new_zeros(targets.shape)
         out[mask] = picked
         return out
@@ -134,7 +198,7 @@ class LanguageModel(nn.Module, ABC):
         Returns:
           float32 ``(M,)`` on the model's device.
         """
-        device = self.output_layer.weight.device
+        device = self.device
         contexts, lengths, targets = contexts.to(device), lengths.to(device), targets.to(device)
         if target_context is None:
             if targets.shape[0] != contexts.shape[0]:
@@ -145,16 +209,29 @@ class LanguageModel(nn.Module, ABC):
         order = torch.argsort(target_context, stable=True)
         sorted_context = target_context[order]
         result = torch.empty(targets.shape[0], device=device)
-        chunk = max(1, max_elements // self.config.vocab_size)
+        width = self.config.vocab_size if self.adaptive is None else self._adaptive_width()
+        chunk = max(1, max_elements // width)
         for start in range(0, contexts.shape[0], chunk):
             stop = min(start + chunk, contexts.shape[0])
             lo, hi = torch.searchsorted(sorted_context, torch.tensor([start, stop], device=device)).tolist()
             if lo == hi:
                 continue
-            log_probs = self.log_probs(self.context_features(contexts[start:stop], lengths[start:stop]))
+            features = self.context_features(contexts[start:stop], lengths[start:stop])
             picked = order[lo:hi]
-            result[picked] = log_probs[target_context[picked] - start, targets[picked]]
+            rows = target_context[picked] - start
+            if self.adaptive is None:
+                result[picked] = self.log_probs(features)[rows, targets[picked]]
+            else:  # targets of one chunk of contexts, a chunk's worth of rows at a time
+                for first in range(0, picked.shape[0], chunk):
+                    part = picked[first:first + chunk]
+                    result[part] = self.target_log_probs(features[rows[first:first + chunk]], targets[part])
         return result
+
+    def _adaptive_width(self) -> int:
+        """Largest number of log-probabilities one row of the adaptive softmax holds at once."""
+        assert self.adaptive is not None
+        sizes = [self.adaptive.head_size] + [hi - lo for lo, hi in self._clusters()]
+        return max(sizes)
 
     def _truncate(self, contexts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if contexts.dim() != 2 or lengths.shape != contexts.shape[:1]:

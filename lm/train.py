@@ -127,7 +127,9 @@ def train(
     state = {"epoch": 0, "lr": cfg.lr, "best_valid_ppl": None, "metrics": []}
     if resume and (out / RESUME / "state.json").is_file():
         state = _load_resume(out / RESUME, model, optimizer, model_cfg, cfg, device)
-    trainer: torch.nn.Module = DistributedDataParallel(model) if world > 1 else model
+    # an adaptive softmax leaves the tail clusters that a batch's targets miss without gradient
+    trainer: torch.nn.Module = (DistributedDataParallel(model, find_unused_parameters=model.adaptive is not None)
+                                if world > 1 else model)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         if state["epoch"] == 0:

@@ -33,7 +33,7 @@ def scorer_for(fields, device="cpu"):
 
 @torch.no_grad()
 def sentence_logprob(model, words):
-    batch = collate(encode([words], VOCAB).ids).to(model.output_layer.weight.device)
+    batch = collate(encode([words], VOCAB).ids).to(model.device)
     return float(model.token_logprobs(batch.inputs, batch.targets, batch.lengths).sum())
 
 
