@@ -26,6 +26,16 @@ Attributes (``A`` arcs, ``S`` states, ``F`` final states):
     HTK pronunciation variants): each a tensor or tuple of length ``A``.
   state_extra: dict[str, Any], per-state data (HTK node times): each of length ``S``.
   final_extra: dict[str, Any], per-final-state data (Kaldi final transition ids): length ``F``.
+  scores: dict[str, Tensor], named per-arc scores, each float64 ``(A,)`` (natural log, higher is
+    better), for lattices whose first pass has scores other than acoustic and graph (an n-best
+    list's ``decoder``, ``ctc``, ``lm``...). Empty for ordinary lattices.
+  final_scores: dict[str, Tensor], the same names as ``scores``, each float64 ``(F,)``: the
+    named log-weights of leaving through each final state.
+
+Named scores (:meth:`Lattice.named_scores`): a lattice's first-pass scores by name. When
+``scores`` is empty they are ``acoustic`` and ``graph`` (the arc tensors and final weights
+above); a lattice that carries its own named scores uses those instead, and its ``acoustic`` and
+``graph`` tensors (and final weights) are zeros. Subsets, trimming and ``to(device)`` keep them.
 
 Operations return new lattices and never change their input.
 """
@@ -96,6 +106,8 @@ class Lattice:
     arc_extra: dict[str, Any] = field(default_factory=dict)
     state_extra: dict[str, Any] = field(default_factory=dict)
     final_extra: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, Tensor] = field(default_factory=dict)
+    final_scores: dict[str, Tensor] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -137,7 +149,18 @@ class Lattice:
         if torch.device(device) == self.device or (torch.device(device).type == self.device.type == "cpu"):
             return self
         names = ("src", "dst", "words", "acoustic", "graph", "finals", "final_acoustic", "final_graph")
-        return self.replace(**{n: getattr(self, n).to(device) for n in names})
+        return self.replace(**{n: getattr(self, n).to(device) for n in names},
+                            scores={k: v.to(device) for k, v in self.scores.items()},
+                            final_scores={k: v.to(device) for k, v in self.final_scores.items()})
+
+    def named_scores(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """The first-pass scores by name: name -> (float64 per-arc ``(A,)``, float64 per-final ``(F,)``).
+
+        ``scores``/``final_scores`` when the lattice carries named scores, else ``acoustic`` and
+        ``graph`` (see the module docstring)."""
+        if self.scores:
+            return {name: (values, self.final_scores[name]) for name, values in self.scores.items()}
+        return {"acoustic": (self.acoustic, self.final_acoustic), "graph": (self.graph, self.final_graph)}
 
     def word(self, arc: int) -> str:
         return self.symbols[int(self.words[arc])]
@@ -151,7 +174,7 @@ class Lattice:
         """Check the structure; raise :class:`LatticeFormatError` naming the problem. Returns self.
 
         Checked: shapes and dtypes agree; state ids in range; at least one final state, each once;
-        weights finite; word ids inside ``symbols``; no cycles; every state reachable from the
+        ``scores`` and ``final_scores`` have the same names and lengths ``A`` and ``F``; weights finite; word ids inside ``symbols``; no cycles; every state reachable from the
         start and able to reach a final state (no unreachable or dead states).
         """
         def fail(message: str, field: str | None = None) -> None:
@@ -189,8 +212,16 @@ class Lattice:
             fail("a final state is listed twice", "finals")
         if a and (int(self.words.min()) < 0 or int(self.words.max()) >= len(self.symbols)):
             fail(f"word id outside the symbol table of {len(self.symbols)} entries", "words")
-        for name in ("acoustic", "graph", "final_acoustic", "final_graph"):
-            values = getattr(self, name)
+        if set(self.scores) != set(self.final_scores):
+            fail(f"names {sorted(self.scores)} differ from final_scores' {sorted(self.final_scores)}", "scores")
+        named = [*((f"scores[{k!r}]", v, a) for k, v in self.scores.items()),
+                 *((f"final_scores[{k!r}]", v, f) for k, v in self.final_scores.items())]
+        for name, values, length in named:
+            if not isinstance(values, Tensor) or values.shape != (length,):
+                shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+                fail(f"has shape {shape}, expected ({length},)", name)
+        weights = [(name, getattr(self, name)) for name in ("acoustic", "graph", "final_acoustic", "final_graph")]
+        for name, values in [*weights, *((name, values) for name, values, _ in named)]:
             if values.numel() and not bool(torch.isfinite(values).all()):
                 index = int((~torch.isfinite(values)).nonzero()[0])
                 fail(f"entry {index} is {float(values[index])}, weights must be finite", name)
@@ -285,7 +316,8 @@ class Lattice:
     def _select_arcs(self, index: Tensor) -> Lattice:
         extra = {k: take_extra(v, index) for k, v in self.arc_extra.items()}
         return self.replace(src=self.src[index], dst=self.dst[index], words=self.words[index],
-                            acoustic=self.acoustic[index], graph=self.graph[index], arc_extra=extra)
+                            acoustic=self.acoustic[index], graph=self.graph[index], arc_extra=extra,
+                            scores={k: v[index] for k, v in self.scores.items()})
 
     def _trim(self) -> Lattice:
         alive = self._reachable(True) & self._reachable(False)
@@ -302,7 +334,8 @@ class Lattice:
             src=new_id[trimmed.src], dst=new_id[trimmed.dst], finals=new_id[self.finals[final_index]],
             final_acoustic=self.final_acoustic[final_index], final_graph=self.final_graph[final_index],
             state_extra={k: take_extra(v, state_index) for k, v in self.state_extra.items()},
-            final_extra={k: take_extra(v, final_index) for k, v in self.final_extra.items()})
+            final_extra={k: take_extra(v, final_index) for k, v in self.final_extra.items()},
+            final_scores={k: v[final_index] for k, v in self.final_scores.items()})
 
     def final_weights(self) -> tuple[Tensor, Tensor]:
         """Per-state final weights: float64 ``(S,)`` acoustic and graph, ``-inf`` at non-final states."""

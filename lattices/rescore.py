@@ -1,23 +1,26 @@
 """The rescoring engine: expand, score every (context, word) pair once, combine, search.
 
-Scores are combined Kaldi-style, in language-model units (natural log)::
+How the scores combine is defined in one place, :mod:`lattices.scored`; in short::
 
-    total(path) = acoustic_scale * acoustic + lm_weight * new_lm + old_lm_weight * old_lm
-                  + word_penalty * words
+    total = sum_k w_k * s_k + old_lm_weight * old_lm + lm_weight * (new_lm + unk_penalty * unk)
+            + word_penalty * words
 
-``acoustic`` and ``old_lm`` are the lattice's own arc scores (``old_lm`` is the graph score: for
-Kaldi lattices that is the whole graph cost, LM plus pronunciation and transition
-probabilities); ``new_lm`` is the AFP model's log-probability of the path's words, ``</s>``
-included, and ``words`` counts the words the LM scores. ``old_lm_weight`` 0 replaces the old LM,
-1 keeps it in full, values in between interpolate log-linearly. Defaults come from the lattice
-header when it has ``lmscale`` (HTK): ``acoustic_scale = 1/lmscale`` and
-``word_penalty = wdpenalty/lmscale``; otherwise ``acoustic_scale = 0.1`` (Kaldi's usual
-1/LMWT) and ``word_penalty = 0``. Several LM weights share one expansion and one scoring pass.
+with ``s_k`` the input's named scores (a lattice's ``acoustic`` and ``graph``; an n-best list's
+``decoder``, ``ctc``...), ``old_lm`` the first-pass LM (the score named ``lm`` or ``graph``, or an
+ARPA n-gram subtracted exactly) and ``new_lm`` the AFP model's log-probability of the path's
+words and ``</s>``. Defaults come from the lattice header when it has ``lmscale`` (HTK):
+``w_acoustic = 1/lmscale`` and ``word_penalty = wdpenalty/lmscale``; otherwise
+``w_acoustic = 0.1`` (Kaldi's usual 1/LMWT) and ``word_penalty = 0``. Several LM weights share
+one expansion and one scoring pass.
+
+Decoding: ``viterbi`` (the best path) or ``mbr`` (minimum Bayes risk over the ``mbr_nbest``
+best distinct word sequences, :mod:`lattices.mbr`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,14 +29,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, Expansion, ExpansionTooLarge, expand, word_map
+from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, word_map
 from lattices.lattice import Lattice, take_extra
-from lattices.ops import unique_rows
+from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, score_lattice
 from lattices.scorer import ContextScorer
 from lattices.search import Dag, k_best_distinct, segment_logsumexp
 
-DEFAULT_ACOUSTIC_SCALE = 0.1
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
+DECODERS = ("viterbi", "mbr")
+
+__all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "RescoreOptions", "RescoreResult", "prune",
+           "rescore", "rescore_scored", "score_for_options"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,11 @@ class RescoreOptions:
     :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits, instead of failing.
     ``deadline``: ``time.monotonic()`` seconds after which the work stops with
     :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
+    ``score_weights``: ``w_k`` of named scores (``{"decoder": 0.6, "ctc": 0.4}``); an
+    ``acoustic_scale`` sets ``w_acoustic`` unless ``score_weights`` names it.
+    ``old_lm_score``: the named score that is the old LM (default ``lm``, else ``graph``).
+    ``decode``: ``viterbi`` or ``mbr``; ``mbr_nbest`` distinct hypotheses form MBR's hypothesis and
+    evidence space, with posteriors ``softmax(mbr_scale * total)``.
     """
 
     lm_weights: tuple[float, ...] = (1.0,)
@@ -59,8 +70,27 @@ class RescoreOptions:
     max_kbest_paths: int = 4096
     auto_prune: bool = False
     deadline: float | None = None
+    score_weights: tuple[tuple[str, float], ...] = ()
+    old_lm_score: str | None = None
+    unk_penalty: float = 0.0
+    decode: str = "viterbi"
+    mbr_nbest: int = 100
+    mbr_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.score_weights, dict):
+            object.__setattr__(self, "score_weights", tuple(self.score_weights.items()))
+        numbers = {"lm_weights": self.lm_weights, "old_lm_weight": (self.old_lm_weight,),
+                   "acoustic_scale": (self.acoustic_scale or 0.0,), "word_penalty": (self.word_penalty or 0.0,),
+                   "unk_penalty": (self.unk_penalty,), "mbr_scale": (self.mbr_scale,),
+                   "score_weights": tuple(w for _, w in self.score_weights)}
+        for name, values in numbers.items():
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+                raise ValueError(f"{name} must be finite numbers, got {values}")
+        if self.decode not in DECODERS:
+            raise ValueError(f"decode must be one of {DECODERS}, got {self.decode!r}")
+        if self.mbr_nbest < 1:
+            raise ValueError(f"mbr_nbest must be at least 1, got {self.mbr_nbest}")
         if not self.lm_weights:
             raise ValueError("lm_weights: give at least one weight")
         if self.nbest < 1:
@@ -70,10 +100,19 @@ class RescoreOptions:
         if self.max_expanded_arcs is not None and self.max_expanded_arcs < 1:
             raise ValueError(f"max_expanded_arcs must be positive, got {self.max_expanded_arcs}")
 
+    def weights(self, lm_weight: float, scored: ScoredLattice) -> Weights:
+        """The weight setting for one LM weight, header defaults filled in."""
+        named = dict(self.score_weights)
+        if self.acoustic_scale is not None and "acoustic" in scored.named:
+            named.setdefault("acoustic", self.acoustic_scale)
+        penalty = self.word_penalty if self.word_penalty is not None else scored.default_word_penalty
+        return Weights(lm_weight=lm_weight, old_lm_weight=self.old_lm_weight, word_penalty=penalty,
+                       unk_penalty=self.unk_penalty, score_weights=named)
+
     def scales_for(self, lattice: Lattice) -> tuple[float, float]:
         """``(acoustic_scale, word_penalty)`` for ``lattice``, header defaults filled in."""
         lmscale = lattice.meta.get("lmscale")
-        acoustic = self.acoustic_scale
+        acoustic = dict(self.score_weights).get("acoustic", self.acoustic_scale)
         if acoustic is None:
             acoustic = 1.0 / float(lmscale) if lmscale else DEFAULT_ACOUSTIC_SCALE
         penalty = self.word_penalty
@@ -84,7 +123,11 @@ class RescoreOptions:
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """One path: its words (LM-scored words only) and score parts, original arc ids in order."""
+    """One path: its words (LM-scored words only), total score and components, original arc ids.
+
+    ``lm_logprob`` is the new LM's log-probability (words and ``</s>``, without any unknown-word
+    penalty), ``old_lm`` the old LM's, ``acoustic`` the named score ``acoustic`` (0 without one),
+    ``scores`` every named first-pass score, ``unk`` the words scored as ``<unk>``."""
 
     words: list[str]
     score: float
@@ -92,10 +135,12 @@ class Hypothesis:
     lm_logprob: float
     old_lm: float
     arcs: list[int]
+    scores: dict[str, float] = field(default_factory=dict)
+    unk: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"words": self.words, "score": self.score, "acoustic": self.acoustic,
-                "lm_logprob": self.lm_logprob, "old_lm": self.old_lm}
+                "lm_logprob": self.lm_logprob, "old_lm": self.old_lm, "scores": self.scores, "unk": self.unk}
 
 
 @dataclass
@@ -114,12 +159,19 @@ class RescoreResult:
     arc_posteriors: Tensor | None = None
     lattice: Lattice | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    first_pass: Hypothesis | None = None
+    decode: str = "viterbi"
+    score_weights: dict[str, float] = field(default_factory=dict)
+    unk_penalty: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The JSON line of ``afp rescore --json`` (without the rescored lattice)."""
         out = {"key": self.key, "best": self.best.to_json(), "nbest": [h.to_json() for h in self.nbest],
-               "lm_weight": self.lm_weight, "acoustic_scale": self.acoustic_scale,
+               "first_pass": self.first_pass.to_json() if self.first_pass else None,
+               "changed": self.first_pass is not None and self.first_pass.words != self.best.words,
+               "decode": self.decode, "lm_weight": self.lm_weight, "acoustic_scale": self.acoustic_scale,
                "old_lm_weight": self.old_lm_weight, "word_penalty": self.word_penalty,
+               "unk_penalty": self.unk_penalty, "score_weights": self.score_weights,
                **self.stats, "pruned": self.pruned, "seconds": self.seconds["total"], "timing": self.seconds}
         if self.arc_posteriors is not None:
             out["best"]["word_posteriors"] = self.arc_posteriors[self.best.arcs].tolist()
@@ -143,131 +195,152 @@ def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: fl
     return pruned, report
 
 
-def lm_scores(expansion: Expansion, scorer: ContextScorer, eos_id: int) -> tuple[Tensor, Tensor, dict[str, int]]:
-    """New-LM log-probabilities of every expanded arc (0 for skipped symbols) and of ``</s>`` at
-    every expanded final state; each distinct (history, word) pair is scored once.
-
-    Returns float64 ``(X,)``, float64 ``(G,)`` and counts (unique contexts, scored pairs).
-    """
-    scored = (expansion.arc_lm_word != PAD).nonzero().squeeze(1)
-    pair_state = torch.cat([expansion.src[scored], expansion.finals])
-    pair_word = torch.cat([expansion.arc_lm_word[scored], torch.full_like(expansion.finals, eos_id)])
-    histories, context_of_state = unique_rows(expansion.state_history)
-    pair_context = context_of_state[pair_state]
-    pairs, pair_index = unique_rows(torch.stack([pair_context, pair_word], dim=1))
-    used_contexts, context_index = torch.unique(pairs[:, 0], return_inverse=True)
-    rows = histories[used_contexts]
-    lengths = (rows != PAD).sum(dim=1)
-    values = scorer.score(rows.clamp(min=0), lengths, pairs[:, 1], context_index)
-    values = values.to(device=expansion.src.device, dtype=torch.float64)[pair_index]
-    arc_lm = torch.zeros(expansion.num_arcs, dtype=torch.float64, device=expansion.src.device)
-    arc_lm[scored] = values[: scored.shape[0]]
-    counts = {"unique_contexts": int(used_contexts.shape[0]), "scored_pairs": int(pairs.shape[0])}
-    return arc_lm, values[scored.shape[0]:], counts
-
-
 def rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions = RescoreOptions(),
-            device: torch.device | str | None = None) -> list[RescoreResult]:
+            device: torch.device | str | None = None, old_lm: ContextScorer | None = None) -> list[RescoreResult]:
     """Rescore one lattice exactly; one result per LM weight in ``options.lm_weights``.
 
+    ``old_lm``: a scorer of the first-pass LM to subtract exactly (see :mod:`lattices.scored`).
     Raises :class:`~lattices.expand.ExpansionTooLarge` over the budget unless ``auto_prune``."""
+    started = time.perf_counter()
+    scored = score_for_options(lattice, scorer, options, device, old_lm)
+    return rescore_scored(scored, options, started)
+
+
+def score_for_options(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions,
+                      device: torch.device | str | None = None, old_lm: ContextScorer | None = None) -> ScoredLattice:
+    """Prune (as asked), expand and score once: the weight-independent part of rescoring, pruning
+    further when ``auto_prune`` is set and the expansion is over its budget."""
     try:
-        return _rescore(lattice, scorer, options, device)
+        return _score(lattice, scorer, options, device, old_lm)
     except ExpansionTooLarge:
         if not options.auto_prune or options.prune_beam is not None:
             raise
     for beam in AUTO_PRUNE_BEAMS:
         try:
-            return _rescore(lattice, scorer, dataclasses.replace(options, prune_beam=beam, auto_prune=False), device)
+            return _score(lattice, scorer, dataclasses.replace(options, prune_beam=beam), device, old_lm)
         except ExpansionTooLarge:
             if beam == AUTO_PRUNE_BEAMS[-1]:
                 raise
     raise AssertionError("unreachable")
 
 
-def _rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions,
-             device: torch.device | str | None) -> list[RescoreResult]:
+def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: torch.device | str | None,
+           old_lm: ContextScorer | None) -> ScoredLattice:
     if scorer.context_size is None:
         raise ValueError("the model has an unbounded context (an exact RNN): exact lattice expansion needs an "
                          "AFP-rho or n-gram model")
-    started = time.perf_counter()
-    timing: dict[str, float] = {}
     lattice = lattice.to(device) if device is not None else lattice
     acoustic_scale, word_penalty = options.scales_for(lattice)
     pruned_report = None
     if options.prune_beam is not None:  # beam 0 keeps the best path(s) only
         lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words,
                                        options.deadline)
-    known = scorer.known(lattice.symbols)
-    mapping = word_map(lattice.symbols, scorer.word_ids(lattice.symbols), options.skip_words)
-    oov = sorted({s for i, s in enumerate(lattice.symbols) if int(mapping[i]) != PAD and not bool(known[i])}
-                 & {lattice.symbols[i] for i in torch.unique(lattice.words).tolist()})
+    return score_lattice(lattice, scorer, old_lm=old_lm, old_lm_score=options.old_lm_score,
+                         acoustic_scale=acoustic_scale, word_penalty=word_penalty, skip=options.skip_words,
+                         max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report)
 
-    tick = _clock(lattice.device)
-    expansion = expand(lattice, mapping, scorer.context_size, scorer.bos_id, options.max_expanded_arcs,
-                       options.deadline)
-    timing["expand"] = _since(tick, lattice.device)
-    tick = _clock(lattice.device)
-    arc_lm, final_lm, counts = lm_scores(expansion, scorer, scorer.eos_id)
-    timing["score"] = _since(tick, lattice.device)
 
-    orig = expansion.arc_orig
-    acoustic, old_lm = lattice.acoustic[orig], lattice.graph[orig]
-    is_word = (expansion.arc_lm_word != PAD).to(torch.float64)
-    final_acoustic = lattice.final_acoustic[expansion.final_orig]
-    final_old = lattice.final_graph[expansion.final_orig]
-    level = lattice.levels[expansion.state_orig]
-    stats = {"expanded_states": expansion.num_states, "expanded_arcs": expansion.num_arcs,
-             "lattice_states": lattice.num_states, "lattice_arcs": lattice.num_arcs, "rho": expansion.rho,
-             "oov": len(oov), "oov_words": oov[:50], **counts}
+def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: float | None = None) -> list[RescoreResult]:
+    """The searches of :func:`rescore` on an already scored lattice, one result per LM weight."""
+    started = time.perf_counter() if started is None else started
+    lattice, expansion = scored.lattice, scored.expansion
+    labels = torch.where(expansion.arc_lm_word != PAD, lattice.words[expansion.arc_orig], -1)
+    first_weights = scored.first_pass_weights(options.weights(1.0, scored))
+    first = first_pass_best(scored, first_weights, labels)
     results = []
-    for weight in options.lm_weights:
-        tick = _clock(lattice.device)
-        arc_total = (acoustic_scale * acoustic + weight * arc_lm + options.old_lm_weight * old_lm
-                     + word_penalty * is_word)
-        final_total = acoustic_scale * final_acoustic + weight * final_lm + options.old_lm_weight * final_old
-        dag = Dag(expansion.num_states, 0, expansion.src, expansion.dst, arc_total, expansion.finals,
-                  final_total, level, options.deadline)
-        parts = (acoustic, arc_lm, old_lm, final_acoustic, final_lm, final_old)
-        nbest = _distinct_best(dag, expansion, parts, options.nbest, options.max_kbest_paths)
+    for lm_weight in options.lm_weights:
+        tick = time.perf_counter()
+        weights = options.weights(lm_weight, scored)
+        vector = scored.vector(weights)
+        dag = dataclasses.replace(scored.dag(vector), deadline=options.deadline)
+        count = max(options.nbest, options.mbr_nbest if options.decode == "mbr" else 1)
+        ranked = [_hypothesis(scored, arcs, score) for score, arcs in
+                  k_best_distinct(dag, labels, count, options.max_kbest_paths)]
+        best = ranked[0] if options.decode == "viterbi" else _mbr_best(ranked, options.mbr_scale)
         posteriors = None
         if options.posteriors:
-            posteriors = segment_logsumexp(dag.arc_posteriors().log(), orig, lattice.num_arcs).exp()
-        rescored = _rescored_lattice(expansion, weight * arc_lm + options.old_lm_weight * old_lm,
-                                     weight * final_lm + options.old_lm_weight * final_old) \
-            if options.return_lattice else None
-        timing_w = {**timing, "search": _since(tick, lattice.device)}
-        timing_w["total"] = time.perf_counter() - started
+            posteriors = segment_logsumexp(dag.arc_posteriors().log(), expansion.arc_orig, lattice.num_arcs).exp()
+        rescored = _rescored_lattice(scored, vector) if options.return_lattice else None
+        timing = {**scored.timing, "search": time.perf_counter() - tick, "total": time.perf_counter() - started}
         results.append(RescoreResult(
-            key=lattice.key, lm_weight=weight, acoustic_scale=acoustic_scale, old_lm_weight=options.old_lm_weight,
-            word_penalty=word_penalty, best=nbest[0], nbest=nbest, stats=stats, pruned=pruned_report,
-            arc_posteriors=posteriors.cpu() if posteriors is not None else None, lattice=rescored, seconds=timing_w))
+            key=lattice.key, lm_weight=lm_weight,
+            acoustic_scale=weights.score_weights.get("acoustic", scored.default_acoustic_scale),
+            old_lm_weight=options.old_lm_weight, word_penalty=weights.word_penalty, best=best,
+            nbest=ranked[: options.nbest], stats=scored.stats, pruned=scored.pruned,
+            arc_posteriors=posteriors.cpu() if posteriors is not None else None, lattice=rescored, seconds=timing,
+            first_pass=first, decode=options.decode, score_weights=dict(zip(scored.named, vector.tolist())),
+            unk_penalty=options.unk_penalty))
     return results
 
 
-def _distinct_best(dag: Dag, expansion: Expansion, parts: tuple[Tensor, ...], k: int,
-                   max_paths: int) -> list[Hypothesis]:
-    """The ``k`` best distinct word sequences as hypotheses with their score parts."""
-    lattice = expansion.lattice
-    acoustic, arc_lm, old_lm, final_acoustic, final_lm, final_old = (p.cpu() for p in parts)
-    final_index = {int(s): i for i, s in enumerate(expansion.finals.tolist())}
-    dst_cpu, orig_cpu = expansion.dst.cpu(), expansion.arc_orig.cpu()
-    labels = torch.where(expansion.arc_lm_word != PAD, lattice.words[expansion.arc_orig], -1)
-    out = []
-    for score, arcs in k_best_distinct(dag, labels, k, max_paths):
-        end = final_index[int(dst_cpu[arcs[-1]])] if arcs.numel() else final_index[0]
-        out.append(Hypothesis(
-            words=[lattice.symbols[i] for i in labels.cpu()[arcs].tolist() if i >= 0], score=score,
-            acoustic=float(acoustic[arcs].sum() + final_acoustic[end]),
-            lm_logprob=float(arc_lm[arcs].sum() + final_lm[end]),
-            old_lm=float(old_lm[arcs].sum() + final_old[end]),
-            arcs=orig_cpu[arcs].tolist()))
-    return out
+def first_pass_best(scored: ScoredLattice, weights: Weights, labels: Tensor) -> Hypothesis:
+    """The first pass's own 1-best: for an n-best list the recogniser's first hypothesis, for a
+    lattice the best path under the first-pass scores (old LM in full, no new LM)."""
+    lattice, expansion = scored.lattice, scored.expansion
+    ranks = lattice.final_extra.get("hypothesis")
+    vector = scored.vector(weights)
+    if ranks is not None and "nbest" in lattice.meta:
+        final = int((ranks.to(expansion.final_orig.device)[expansion.final_orig] == 0).nonzero()[0])
+        arcs = _path_to(expansion, int(expansion.finals[final]))
+        score = float(scored.arc_parts[arcs].sum(0) @ vector + scored.final_parts[final] @ vector)
+        return _hypothesis(scored, arcs, score)
+    score, arcs = scored.dag(vector).best_path()
+    return _hypothesis(scored, arcs.to(scored.arc_parts.device), score)
 
 
-def _rescored_lattice(expansion: Expansion, graph: Tensor, final_graph: Tensor) -> Lattice:
-    """The expanded lattice as a :class:`Lattice` whose graph scores are the combined LM scores."""
-    lattice, orig = expansion.lattice, expansion.arc_orig
+def _path_to(expansion: Any, state: int) -> Tensor:
+    """The arcs of the path into ``state`` of an expanded tree (every state has one incoming arc)."""
+    incoming = torch.full((expansion.num_states,), -1, dtype=torch.int64)
+    incoming[expansion.dst.cpu()] = torch.arange(expansion.num_arcs)
+    src = expansion.src.cpu()
+    arcs = []
+    while state != 0:
+        arc = int(incoming[state])
+        arcs.append(arc)
+        state = int(src[arc])
+    return torch.tensor(arcs[::-1], dtype=torch.int64, device=expansion.src.device)
+
+
+def _hypothesis(scored: ScoredLattice, arcs: Tensor, score: float) -> Hypothesis:
+    """A path's words and components; ``arcs`` are expanded arc ids in path order."""
+    expansion, lattice = scored.expansion, scored.lattice
+    arcs = arcs.to(expansion.src.device)
+    end_state = int(expansion.dst[arcs[-1]]) if arcs.numel() else 0
+    final = int((expansion.finals == end_state).nonzero()[0])
+    parts = (scored.arc_parts[arcs].sum(0) + scored.final_parts[final]).tolist()
+    values = dict(zip(scored.names, parts))
+    words = [lattice.symbols[int(lattice.words[expansion.arc_orig[a]])] for a in arcs.tolist()
+             if int(expansion.arc_lm_word[a]) != PAD]
+    named = {k: values[k] for k in scored.named}
+    if scored.stats.get("old_lm_score") not in (None, "old-lm scorer"):
+        named[scored.stats["old_lm_score"]] = values["old_lm"]
+    return Hypothesis(words=words, score=score, acoustic=values.get("acoustic", 0.0), lm_logprob=values["new_lm"],
+                      old_lm=values["old_lm"], arcs=expansion.arc_orig[arcs].tolist(), scores=named,
+                      unk=int(round(values["unk"])))
+
+
+def _mbr_best(ranked: list[Hypothesis], scale: float) -> Hypothesis:
+    """The hypothesis with the least expected word errors among ``ranked`` (:mod:`lattices.mbr`)."""
+    from lattices.mbr import edit_distance_matrix, mbr_choice
+
+    if len(ranked) == 1:
+        return ranked[0]
+    distances = edit_distance_matrix([h.words for h in ranked])
+    scores = torch.tensor([h.score for h in ranked], dtype=torch.float64)
+    return ranked[int(mbr_choice(scores, distances, scale))]
+
+
+def _rescored_lattice(scored: ScoredLattice, vector: Tensor) -> Lattice:
+    """The expanded lattice as a :class:`Lattice` whose graph scores are everything but the
+    weighted acoustic score and the word penalty (the combined LM scores, and the graph's rest
+    when an old LM was subtracted)."""
+    expansion = scored.expansion
+    lattice, orig = scored.lattice, expansion.arc_orig
+    keep = torch.ones_like(vector)
+    keep[scored.column("words")] = 0.0
+    if "acoustic" in scored.named:
+        keep[scored.column("acoustic")] = 0.0
+    graph, final_graph = scored.arc_parts @ (vector * keep), scored.final_parts @ (vector * keep)
     return Lattice(
         key=lattice.key, num_states=expansion.num_states, start=0, src=expansion.src, dst=expansion.dst,
         words=lattice.words[orig], acoustic=lattice.acoustic[orig], graph=graph, finals=expansion.finals,

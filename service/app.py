@@ -25,6 +25,7 @@ from lattices.expand import ExpansionTooLarge
 from lattices.lattice import LatticeFormatError
 from lattices.ops import DeadlineExceeded
 from service.deps import require_token
+from lattices.scored import ScoreNameError
 from service.errors import APIError, handle_api_error, handle_http_exception, handle_validation_error
 from service.metrics import Metrics
 from service.settings import Settings, get_settings
@@ -148,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(perplexity.router, dependencies=secured)
     app.include_router(models.router, dependencies=secured)
     app.include_router(health.router)
-    for client_error in (APIError, LatticeFormatError, ExpansionTooLarge, DeadlineExceeded):
+    for client_error in (APIError, LatticeFormatError, ExpansionTooLarge, DeadlineExceeded, ScoreNameError):
         app.add_exception_handler(client_error, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,11 +86,20 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None = None,
                   shard: tuple[int, int] = (0, 1)) -> Iterator[Lattice]:
-    """Lattices of all inputs in order, only this shard's."""
+    """Lattices of all inputs in order, only this shard's. An input that is a directory is an
+    ESPnet n-best directory (format ``auto`` or ``espnet-nbest``); its lists become lattices."""
+    from lattices.formats.nbest import nbest_to_lattice, read_espnet_nbest
+
     index = 0
     for spec_text in inputs:
         spec = InputSpec.parse(spec_text)
-        for lattice in read_lattices(spec.read(), fmt, symbols, source=spec.name):
+        if fmt == "espnet-nbest" or (spec.kind == "file" and Path(spec.target).is_dir()):
+            if fmt not in ("auto", "espnet-nbest"):
+                raise ValueError(f"{spec.target}: a directory is read as an ESPnet n-best directory, not {fmt}")
+            lattices: Iterator[Lattice] = (nbest_to_lattice(n) for n in read_espnet_nbest(spec.target))
+        else:
+            lattices = iter(read_lattices(spec.read(), fmt, symbols, source=spec.name))
+        for lattice in lattices:
             if index % shard[1] == shard[0]:
                 yield lattice
             index += 1
@@ -141,18 +150,33 @@ class Failure:
         return {"key": self.key, "error": self.message}
 
 
+#: a lattice with more than this share of OOV words (distinct) triggers the job's warning
+OOV_WARNING_SHARE = 0.5
+
+
 def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: RescoreOptions,
-                device: str | None = None, progress: bool | None = None) -> Iterator[list[RescoreResult] | Failure]:
+                device: str | None = None, progress: bool | None = None, old_lm: ContextScorer | None = None,
+                warn: Callable[[str], None] | None = None) -> Iterator[list[RescoreResult] | Failure]:
     """Rescore lattice after lattice (one result per LM weight each), with a progress bar. A
-    lattice that cannot be rescored yields a :class:`Failure` and the job goes on."""
+    lattice that cannot be rescored yields a :class:`Failure` and the job goes on. ``warn`` is
+    called once per job when a lattice's words are mostly unknown to the model."""
     from tqdm import tqdm
 
     show = sys.stderr.isatty() if progress is None else progress
+    warned = False
     for lattice in tqdm(lattices, desc="rescoring", unit="lattice", disable=not show):
         try:
-            yield rescore(lattice, scorer, options, device=device)
+            results = rescore(lattice, scorer, options, device=device, old_lm=old_lm)
         except (ExpansionTooLarge, LatticeFormatError) as err:
             yield Failure(lattice.key, str(err))
+            continue
+        share = results[0].stats.get("oov_share", 0.0)
+        if warn is not None and not warned and share > OOV_WARNING_SHARE:
+            warned = True
+            warn(f"lattice {lattice.key!r}: {share:.0%} of its distinct words are not in the model's vocabulary "
+                 f"(e.g. {', '.join(results[0].stats['oov_words'][:5])}); they are scored as <unk>. Is the case "
+                 f"of the input the model's? (this warning is given once per job)")
+        yield results
 
 
 __all__ = ["Failure", "InputSpec", "default_shard", "iter_lattices", "output_format", "parse_shard", "rescore_all",

@@ -5,6 +5,8 @@ Commands:
   afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
   afp train  [--config FILE] --train FILE --out DIR [options]   train a model
+  afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
+  afp tune   [--model DIR] --refs REFS [grid] INPUT...          choose weights on a dev set by WER
 
 Without ``--model`` the bundled default model is used (see :mod:`service.defaults`).
 Errors in user input print one line ``afp: error: ...`` and exit with status 2.
@@ -157,10 +159,12 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     options = _rescore_options(args, return_lattice=args.out is not None)
     loaded = _load(args.model, args.device)
     scorer = LMScorer(loaded)
+    old_lm = _old_lm(args.old_lm)
     rescored, failed = [], 0
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     first = None
-    for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type):
+    for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
+                                       warn=lambda text: print(f"afp: warning: {text}", file=sys.stderr)):
         if isinstance(lattice_results, Failure):  # this lattice failed; the job goes on
             failed += 1
             print(json.dumps(lattice_results.to_json()) if args.json else f"{lattice_results.key}\tERROR", flush=True)
@@ -172,6 +176,9 @@ def cmd_rescore(args: argparse.Namespace) -> None:
             else:
                 prefix = f"{result.lm_weight:g}\t" if len(options.lm_weights) > 1 else ""
                 print(f"{prefix}{result.key} {' '.join(result.best.words)}".rstrip(), flush=True)
+                if args.show_first_pass and result.first_pass is not None:
+                    mark = "=" if result.first_pass.words == result.best.words else "*"
+                    print(f"{prefix}{mark}{result.key} {' '.join(result.first_pass.words)}".rstrip(), flush=True)
         if args.out is not None:
             first = first or lattice_results[0].lattice
             rescored.append(lattice_results[0].lattice)
@@ -180,6 +187,85 @@ def cmd_rescore(args: argparse.Namespace) -> None:
         write_rescored(out, rescored, output_format(args.format, first))
     if failed:
         raise CLIError(f"{failed} lattice(s) could not be rescored (see above)")
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    from lm.scorer import LMScorer
+    from service.batch import iter_lattices
+    from service.tune import Grid, Tuner, plot, tune
+    from service.wer import read_references
+
+    symbols = _read_symbols(args.words) if args.words else None
+    grid = Grid(lm_weights=_floats(args.lm_weights, "--lm-weights"),
+                old_lm_weights=_floats(args.old_lm_weights, "--old-lm-weights"),
+                word_penalties=_floats(args.word_penalties, "--word-penalties"),
+                unk_penalties=_floats(args.unk_penalties, "--unk-penalties"))
+    grid.points()  # validate before the long part
+    refs = read_references(args.refs)
+    loaded = _load(args.model, args.device)
+    options = _rescore_options(args)
+    tuner = Tuner(LMScorer(loaded), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
+                  mbr=args.mbr)
+    tuner.add(iter_lattices(args.inputs, args.format, symbols), progress=sys.stderr.isatty())
+    report = tune(tuner, grid, mbr=args.mbr)
+    if args.plot:
+        plot(report, args.plot, title=f"afp tune: {' '.join(args.inputs)}"[:90])
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"{len(tuner.utterances)} utterances, {report['ref_words']} reference words; first pass WER "
+          f"{report['first_pass_wer']:.2f}%" + (f", oracle {report['oracle_wer']:.2f}%" if report["oracle_wer"]
+                                               is not None else ""))
+    print("lm_weight old_lm_weight word_penalty unk_penalty    WER" + ("    MBR" if args.mbr else ""))
+    for row in sorted(report["grid"], key=lambda r: r["errors"])[: args.top]:
+        line = (f"{row['lm_weight']:9g} {row['old_lm_weight']:13g} {row['word_penalty']:12g} "
+                f"{row['unk_penalty']:11g} {row['wer']:6.2f}")
+        print(line + (f" {row['mbr_wer']:6.2f}" if args.mbr else ""))
+    best = report["best"]
+    print("best: " + " ".join(f"--{k.replace('_', '-')} {best[k]:g}" for k in (
+        "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f"  (WER {best['wer']:.2f}%)")
+    if args.mbr:
+        b = report["best_mbr"]
+        print("best MBR: " + " ".join(f"--{k.replace('_', '-')} {b[k]:g}" for k in (
+            "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f" --decode mbr  (WER {b['wer']:.2f}%)")
+
+
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    """``0,0.1,0.2`` or a range ``0:1:0.1`` (start:stop:step, stop included)."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            count = int(round((stop - start) / step)) + 1
+            return tuple(round(start + i * step, 10) for i in range(count))
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise CLIError(f"{flag} {text!r}: expected numbers separated by commas, or start:stop:step") from None
+
+
+def _score_weights(text: str | None) -> tuple[tuple[str, float], ...]:
+    """``decoder=0.6,ctc=0.4`` -> ``(("decoder", 0.6), ("ctc", 0.4))``."""
+    if not text:
+        return ()
+    out = []
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out.append((name.strip(), float(value)))
+        except ValueError:
+            raise CLIError(f"--score-weights {text!r}: expected NAME=WEIGHT,NAME=WEIGHT...") from None
+    return tuple(out)
+
+
+def _old_lm(path: str | None):
+    if not path:
+        return None
+    from lm.ngram import NgramScorer, read_arpa
+
+    return NgramScorer(read_arpa(path))
 
 
 def cmd_rescore_cuts(args: argparse.Namespace) -> None:
@@ -216,24 +302,45 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
     from lattices.rescore import RescoreOptions
 
     return RescoreOptions(
-        lm_weights=tuple(args.lm_weight or [1.0]), acoustic_scale=args.acoustic_scale,
-        old_lm_weight=args.old_lm_weight, word_penalty=args.word_penalty, nbest=args.nbest,
-        max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam, posteriors=args.posteriors,
-        return_lattice=return_lattice, auto_prune=args.auto_prune)
+        lm_weights=tuple(getattr(args, "lm_weight", None) or [1.0]), acoustic_scale=args.acoustic_scale,
+        old_lm_weight=getattr(args, "old_lm_weight", 0.0), word_penalty=getattr(args, "word_penalty", None),
+        nbest=getattr(args, "nbest", 1), max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam,
+        posteriors=getattr(args, "posteriors", False), return_lattice=return_lattice, auto_prune=args.auto_prune,
+        score_weights=_score_weights(args.score_weights), old_lm_score=args.old_lm_score,
+        unk_penalty=getattr(args, "unk_penalty", 0.0), decode=getattr(args, "decode", "viterbi"),
+        mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale)
 
 
-def _add_rescore_options(p: argparse.ArgumentParser) -> None:
+def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
+    """Options of both ``rescore`` and ``tune`` (the score combination is in lattices/scored.py)."""
     p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
-    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
-    p.add_argument("--lm-weight", type=float, action="append",
-                   help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
-    p.add_argument("--old-lm-weight", type=float, default=0.0, help="0 replaces the old LM, 1 keeps it")
-    p.add_argument("--acoustic-scale", type=float, help="default: 1/lmscale from the header, else 0.1")
-    p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
+    p.add_argument("--acoustic-scale", type=float, help="weight of a score named acoustic; default: 1/lmscale "
+                                                        "from the header, else 0.1")
+    p.add_argument("--score-weights", metavar="NAME=W,...",
+                   help="weights of named first-pass scores, e.g. decoder=0.6,ctc=0.4 (unset: 1; acoustic: "
+                        "--acoustic-scale)")
+    p.add_argument("--old-lm-score", metavar="NAME", help="the named score that is the old LM (default lm, else graph)")
+    p.add_argument("--old-lm", metavar="ARPA", help="the n-gram that built the decoding graph: its exact score "
+                                                    "replaces the old-LM part of the graph score (Kaldi lmrescore)")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first")
     p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs)")
     p.add_argument("--auto-prune", action="store_true",
                    help="over the budget, prune (beam 10, then halving) instead of failing")
+    p.add_argument("--mbr-nbest", type=int, default=100, help="distinct hypotheses MBR decoding weighs")
+    p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score)")
+
+
+def _add_rescore_options(p: argparse.ArgumentParser) -> None:
+    _add_common_scoring_options(p)
+    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
+    p.add_argument("--lm-weight", type=float, action="append",
+                   help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
+    p.add_argument("--old-lm-weight", type=float, default=0.0, help="0 replaces the old LM, 1 keeps it")
+    p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
+    p.add_argument("--unk-penalty", type=float, default=0.0,
+                   help="log-probability added to each word the new LM scores as <unk>")
+    p.add_argument("--decode", choices=["viterbi", "mbr"], default="viterbi",
+                   help="best path, or minimum Bayes risk (least expected word errors)")
     p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
 
 
@@ -304,17 +411,42 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("rescore", help="rescore lattices exactly with an AFP model",
-                       description="Rescore lattices exactly. INPUT: files (gzip or not), '-' for stdin, or Kaldi "
-                                   "specifiers ark:FILE, ark,t:FILE, ark:- and 'ark:COMMAND |'.")
+    formats = ["auto", "kaldi", "htk", "k2", "openfst", "json", "nbest-json", "srilm-nbest", "espnet-nbest"]
+    inputs_help = ("files (gzip or not), '-' for stdin, Kaldi specifiers ark:FILE, ark,t:FILE, ark:- and "
+                   "'ark:COMMAND |', or an ESPnet n-best directory (holding 1best_recog/ ... Nbest_recog/)")
+    p = sub.add_parser("rescore", help="rescore lattices or n-best lists exactly with an AFP model",
+                       description=f"Rescore lattices exactly. INPUT: {inputs_help}.")
     with_model(p)
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("--format", default="auto", choices=["auto", "kaldi", "htk", "k2", "openfst", "json"])
+    p.add_argument("--format", default="auto", choices=formats)
     _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
     p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
+    p.add_argument("--show-first-pass", action="store_true",
+                   help="after each result, the first pass's 1-best ('=KEY' unchanged, '*KEY' changed)")
     p.add_argument("--out", metavar="PATH", help="write the rescored lattices here, in the input format")
     p.set_defaults(func=cmd_rescore)
+
+    p = sub.add_parser("tune", help="choose rescoring weights on a dev set by word error rate",
+                       description=f"Score a dev set once and evaluate a grid of weights by WER (kaldialign). "
+                                   f"INPUT: {inputs_help}. Grids: comma lists or start:stop:step.")
+    with_model(p)
+    p.add_argument("inputs", nargs="+", metavar="INPUT")
+    p.add_argument("--format", default="auto", choices=formats)
+    p.add_argument("--refs", required=True, metavar="REFS",
+                   help="references: Kaldi text (uttid words), sclite trn (words (spk-uttid)), or a lhotse "
+                        "SupervisionSet/CutSet manifest")
+    _add_common_scoring_options(p)
+    p.add_argument("--lm-weights", default="0:1:0.1", help="new-LM weights to try (default 0:1:0.1)")
+    p.add_argument("--old-lm-weights", default="0", help="old-LM weights to try (default 0)")
+    p.add_argument("--word-penalties", default="0", help="word penalties to try (default 0)")
+    p.add_argument("--unk-penalties", default="0", help="unknown-word penalties to try (default 0)")
+    p.add_argument("--mbr", action="store_true", help="also evaluate MBR decoding at every grid point")
+    p.add_argument("--plot", metavar="PNG", help="write WER against the LM weight")
+    p.add_argument("--top", type=int, default=15, help="grid rows to print (best first)")
+    p.add_argument("--json", action="store_true",
+                   help='one JSON object: {"best", "first_pass_wer", "oracle_wer", "grid": [...]}')
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("rescore-cuts", help="rescore the lattices named by a lhotse CutSet; report WER",
                        description="Each cut names its lattice in custom['lattice'] (and optionally "

@@ -8,13 +8,13 @@ A cut names its lattice in ``cut.custom``:
 
 The output CutSet is the input with ``custom["hypothesis"]`` (the rescored 1-best, words joined
 by spaces) and ``custom["rescore"]`` (its scores and the expansion statistics) on every cut.
-Cuts whose supervisions carry text are scored against it with kaldialign's edit distance.
+Cuts whose supervisions carry text are scored against it (:mod:`service.wer`). The summary's
+``wer`` is a fraction (errors / reference words), ``None`` without reference words.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +22,7 @@ from lattices.formats import read_lattice_file
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
-
-
-@dataclass
-class WordErrors:
-    """Accumulated edit-distance counts."""
-
-    substitutions: int = 0
-    deletions: int = 0
-    insertions: int = 0
-    reference_words: int = 0
-    utterances: int = 0
-
-    def add(self, reference: Sequence[str], hypothesis: Sequence[str]) -> None:
-        import kaldialign
-
-        result = kaldialign.edit_distance(list(reference), list(hypothesis))
-        self.substitutions += result["sub"]
-        self.deletions += result["del"]
-        self.insertions += result["ins"]
-        self.reference_words += len(reference)
-        self.utterances += 1
-
-    @property
-    def wer(self) -> float | None:
-        errors = self.substitutions + self.deletions + self.insertions
-        return errors / self.reference_words if self.reference_words else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"wer": self.wer, "substitutions": self.substitutions, "deletions": self.deletions,
-                "insertions": self.insertions, "reference_words": self.reference_words, "utterances": self.utterances}
+from service.wer import WerStats, cut_reference, word_errors
 
 
 class CutLatticeError(ValueError):
@@ -98,7 +69,7 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
     if not isinstance(cuts, CutSet):
         raise CutLatticeError(f"{cuts_path}: expected a CutSet, got {type(cuts).__name__}")
     base = cuts_path.resolve().parent
-    errors, cache, out = WordErrors(), {}, []
+    errors, cache, out = WerStats.zero(), {}, []
     show = sys.stderr.isatty() if progress is None else progress
     for cut in tqdm(cuts, desc="rescoring cuts", unit="cut", disable=not show):
         result = rescore(_lattice_for(cut, base, symbols, cache), scorer, options, device=device)[0]
@@ -106,9 +77,16 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
         summary = {**result.best.to_json(), "expanded_arcs": result.stats["expanded_arcs"],
                    "expanded_states": result.stats["expanded_states"], "oov": result.stats["oov"]}
         summary.pop("words")
-        reference = " ".join(s.text for s in cut.supervisions if s.text).split()
+        reference = cut_reference(cut)
         if reference:
-            errors.add(reference, hypothesis)
+            errors = errors + word_errors(reference, hypothesis)
         out.append(cut.with_custom("hypothesis", " ".join(hypothesis)).with_custom("rescore", summary))
     CutSet.from_cuts(out).to_file(out_path)
-    return {"cuts": len(out), "out": str(out_path), **errors.to_json()}
+    return {"cuts": len(out), "out": str(out_path), **_summary(errors)}
+
+
+def _summary(errors: WerStats) -> dict[str, Any]:
+    """The WER part of ``afp rescore-cuts``'s summary (``wer`` a fraction, as it always was)."""
+    return {"wer": errors.errors / errors.ref_words if errors.ref_words else None,
+            "substitutions": errors.substitutions, "deletions": errors.deletions, "insertions": errors.insertions,
+            "reference_words": errors.ref_words, "utterances": errors.sentences}

@@ -92,7 +92,11 @@ def parse_lattices(request: RescoreRequest, settings: Settings) -> list[Lattice]
     """The request's lattices, checked against the size limits."""
     symbols = _symbols(request.words)
     payload, fmt = request.lattice, request.format
-    if isinstance(payload, str):
+    if fmt == "nbest-json" or (fmt == "auto" and not isinstance(payload, str) and _is_nbest_json(payload)):
+        from lattices.formats.nbest import nbest_from_json, nbest_to_lattice
+
+        lattices = [nbest_to_lattice(n) for n in nbest_from_json(payload, SOURCE)]
+    elif isinstance(payload, str):
         if fmt == "k2":
             raise APIError(422, "invalid_request", "a k2 lattice is sent as a JSON object, not a string",
                            field="lattice")
@@ -118,6 +122,12 @@ def parse_lattices(request: RescoreRequest, settings: Settings) -> list[Lattice]
     return lattices
 
 
+def _is_nbest_json(payload: Any) -> bool:
+    """An n-best list object, ``{"nbest": [...]}``, or a list whose first item has hypotheses."""
+    first = payload[0] if isinstance(payload, list) and payload else payload
+    return isinstance(first, dict) and ("hypotheses" in first or "nbest" in first)
+
+
 def _json_text(payload: Any) -> str:
     import json
 
@@ -131,14 +141,18 @@ def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:
     weights = request.lm_weight if isinstance(request.lm_weight, list) else [request.lm_weight]
     if not weights or len(weights) > 32:
         raise APIError(422, "invalid_request", "give 1 to 32 LM weights", field="lm_weight")
-    numbers = [*weights, request.old_lm_weight, request.acoustic_scale or 0.0, request.word_penalty or 0.0]
+    named = request.score_weights or {}
+    numbers = [*weights, request.old_lm_weight, request.acoustic_scale or 0.0, request.word_penalty or 0.0,
+               request.unk_penalty, request.mbr_scale, *named.values()]
     if not all(math.isfinite(x) for x in numbers):
         raise APIError(422, "invalid_request", "weights and scales must be finite numbers")
     return RescoreOptions(
         lm_weights=tuple(weights), acoustic_scale=request.acoustic_scale, old_lm_weight=request.old_lm_weight,
         word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
         prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
-        auto_prune=request.prune_if_too_large)
+        auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
+        old_lm_score=request.old_lm_score, unk_penalty=request.unk_penalty, decode=request.decode,
+        mbr_nbest=request.mbr_nbest, mbr_scale=request.mbr_scale)
 
 
 def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list[Any]:

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from lattices.expand import ExpansionTooLarge
 from lattices.lattice import LatticeFormatError
+from lattices.scored import ScoreNameError
 from lattices.ops import DeadlineExceeded
 
 
@@ -33,6 +34,8 @@ def from_exception(err: Exception) -> APIError:
         return APIError(422, "lattice_format", str(err), key=err.key, line=err.line, field=err.field)
     if isinstance(err, ExpansionTooLarge):
         return APIError(422, "expansion_budget", str(err), key=err.key, budget=err.budget)
+    if isinstance(err, ScoreNameError):
+        return APIError(422, "invalid_request", str(err), field=err.field)
     if isinstance(err, DeadlineExceeded):
         return APIError(503, "timeout", "the request ran out of time")
     raise err

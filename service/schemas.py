@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-LatticeFormat = Literal["auto", "kaldi", "htk", "openfst", "json", "k2"]
+LatticeFormat = Literal["auto", "kaldi", "htk", "openfst", "json", "k2", "nbest-json", "srilm-nbest"]
 
 KALDI_EXAMPLE = "utt1\n0 1 YEAH 1.5,120.2,\n0 1 YES 2.0,119.0,\n1 2 I 1.0,80.5,\n2 3 THINK 2.5,150.0,\n3 4 SO 1.0,90.0,\n4\n"
 
@@ -26,6 +26,15 @@ class RescoreOptionsModel(BaseModel):
                                                                 "halving) instead of failing")
     posteriors: bool = Field(default=False, description="word posteriors of the best path")
     return_lattice: bool = Field(default=False, description="return the rescored lattice in the input format")
+    score_weights: dict[str, float] | None = Field(
+        default=None, description="weights of named first-pass scores, e.g. {\"decoder\": 0.6, \"ctc\": 0.4}; unset "
+                                  "names weigh 1 (acoustic: acoustic_scale)")
+    old_lm_score: str | None = Field(default=None, description="the named score that is the old LM (default lm, "
+                                                               "else graph)")
+    unk_penalty: float = Field(default=0.0, description="log-probability added to each word scored as <unk>")
+    decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
+    mbr_nbest: int = Field(default=100, ge=1, le=1000, description="distinct hypotheses MBR decoding weighs")
+    mbr_scale: float = Field(default=1.0, description="MBR posteriors: softmax(scale * total score)")
 
 
 class RescoreRequest(RescoreOptionsModel):
@@ -33,8 +42,10 @@ class RescoreRequest(RescoreOptionsModel):
 
     format: LatticeFormat = Field(default="auto", description="lattice format; auto guesses from the content")
     lattice: str | dict[str, Any] | list[Any] = Field(
-        description="Kaldi text archive, HTK SLF or OpenFst text as a string; a JSON lattice object (or list); "
-                    "for k2 an object {arcs: [[src, dst, label, score], ...], aux_labels: [...], lm_scores: [...]}")
+        description="Kaldi text archive, HTK SLF, OpenFst text or an SRILM n-best list as a string; a JSON lattice "
+                    "object (or list); an n-best list {key, hypotheses: [{words, scores: {name: number}}]} (or a "
+                    "list of them); for k2 an object {arcs: [[src, dst, label, score], ...], aux_labels: [...], "
+                    "lm_scores: [...]}")
     words: str | None = Field(default=None, description="symbol table text (words.txt) for integer word ids")
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -42,6 +53,10 @@ class RescoreRequest(RescoreOptionsModel):
         {"format": "json", "lattice": {"key": "utt1", "start": 0, "arcs": [[0, 1, "YEAH", -120.2, -1.5],
                                                                            [1, 2, "RIGHT", -90.0, -2.0]],
                                       "finals": [[2, 0.0, 0.0]]}},
+        {"format": "nbest-json", "score_weights": {"decoder": 0.6, "ctc": 0.4}, "old_lm_weight": 0.6,
+         "lm_weight": 0.3, "lattice": {"key": "utt1", "hypotheses": [
+             {"words": "I THINK SO", "scores": {"decoder": -1.2, "ctc": -0.8, "lm": -9.1}},
+             {"words": "I THINK SEW", "scores": {"decoder": -1.0, "ctc": -0.9, "lm": -14.3}}]}},
     ]})
 
 
@@ -50,7 +65,9 @@ class Hypothesis(BaseModel):
     score: float = Field(description="combined score (natural log, LM units)")
     acoustic: float = Field(description="acoustic log-likelihood, unscaled")
     lm_logprob: float = Field(description="the model's natural-log probability of the words, </s> included")
-    old_lm: float = Field(description="the lattice's graph / old-LM score")
+    old_lm: float = Field(description="the old-LM score (the lattice's graph score, an n-best list's lm score)")
+    scores: dict[str, float] = Field(default_factory=dict, description="the named first-pass scores, unscaled")
+    unk: int = Field(default=0, description="words scored as <unk>")
     word_posteriors: list[float] | None = None
 
 
@@ -58,6 +75,12 @@ class LatticeResult(BaseModel):
     key: str
     best: Hypothesis
     nbest: list[Hypothesis]
+    first_pass: Hypothesis | None = Field(default=None, description="the first pass's own 1-best (an n-best "
+                                          "list's first hypothesis; a lattice's best path under its own scores)")
+    changed: bool = Field(default=False, description="rescoring changed the 1-best words")
+    decode: str = "viterbi"
+    score_weights: dict[str, float] = Field(default_factory=dict)
+    unk_penalty: float = 0.0
     lm_weight: float
     acoustic_scale: float
     old_lm_weight: float

@@ -1,4 +1,4 @@
-"""Lattice file formats: Kaldi text, HTK SLF, k2 dicts, OpenFst text and JSON.
+"""Lattice file formats: Kaldi text, HTK SLF, k2 dicts, OpenFst text and JSON; n-best lists.
 
 Each format module reads into :class:`lattices.lattice.Lattice` objects and writes them back;
 malformed input raises :class:`lattices.lattice.LatticeFormatError` naming the source, lattice
@@ -7,6 +7,12 @@ from content when asked to (``"auto"``).
 
   ``read_lattices(data, "kaldi", symbols)``   bytes or text -> list of lattices
   ``write_lattices(lattices, "htk")``         lattices -> bytes (one SLF each for HTK: see there)
+
+N-best lists are read as lattices too (:mod:`lattices.formats.nbest`: each list becomes a
+lattice whose paths are its hypotheses): ``"nbest-json"`` and ``"srilm-nbest"`` are formats of
+:func:`read_lattices`, and ``"espnet-nbest"`` is a *directory* format: :func:`read_lattice_file`
+given an ESPnet decode folder (``1best_recog/``, ``2best_recog/``...) reads it. They are read
+only (:data:`READ_FORMATS`); :data:`FORMATS` are the formats that are read and written.
 """
 
 from __future__ import annotations
@@ -14,13 +20,22 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lattices.lattice import Lattice, LatticeFormatError
 
+if TYPE_CHECKING:
+    from lattices.formats.nbest import NBestList
+
 FORMATS = ("kaldi", "htk", "k2", "openfst", "json")
+#: formats that can be read: :data:`FORMATS` and the n-best forms ("espnet-nbest" names a directory)
+READ_FORMATS = (*FORMATS, "nbest-json", "srilm-nbest", "espnet-nbest")
+_NBEST_JSON = re.compile(r'"(?:hypotheses|nbest)"\s*:')
+_LATTICE_JSON = re.compile(r'"(?:arcs|finals|lattices)"\s*:')
 
 
 def _decode(data: bytes | str, source: str | None) -> str:
@@ -44,14 +59,26 @@ def maybe_gunzip(data: bytes | str, source: str | None = None) -> bytes | str:
 
 
 def guess_format(data: bytes | str) -> str:
-    """The most likely format of (decompressed) lattice data, from its first lines."""
+    """The most likely format of (decompressed) lattice data, from its first lines.
+
+    JSON is ``"nbest-json"`` when a ``"hypotheses"`` or ``"nbest"`` name comes before any
+    ``"arcs"``, ``"finals"`` or ``"lattices"`` name in the first 4096 characters, else
+    ``"json"``. Text is ``"srilm-nbest"`` when its first non-blank line is an ``NBestList1.0`` /
+    ``NBestList2.0`` header or a ``(bytelog)`` score, or when every line looks like
+    ``number number nwords w1 .. w_nwords`` (not two state ids, as OpenFst arcs start)."""
     if isinstance(data, bytes):
         if data[:2] == b"PK" or data[:1] == b"\x80":
             return "k2"  # torch.save zip archive (or a legacy pickle, which read_k2 refuses)
         data = data[:4096].decode("utf-8", errors="replace")
     head = data.lstrip()
     if head[:1] in "{[":
+        window = head[:4096]
+        nbest, lattice = _NBEST_JSON.search(window), _LATTICE_JSON.search(window)
+        if nbest and (lattice is None or nbest.start() < lattice.start()):
+            return "nbest-json"
         return "json"
+    if _looks_like_srilm(head):
+        return "srilm-nbest"
     lines = [line for line in head.splitlines()[:40] if line.strip() and not line.lstrip().startswith("#")]
     if any(line.split("=")[0].strip() in ("VERSION", "UTTERANCE", "N", "lmscale", "base") for line in lines if "=" in line):
         return "htk"
@@ -60,9 +87,19 @@ def guess_format(data: bytes | str) -> str:
     return "openfst"
 
 
+def _looks_like_srilm(head: str) -> bool:
+    from lattices.formats.nbest import looks_like_srilm_nbest
+
+    window = head[:4096]
+    lines = window.splitlines()
+    if len(head) > len(window) and len(lines) > 1:
+        lines = lines[:-1]  # the last line may be cut
+    return looks_like_srilm_nbest([line for line in lines[:40] if line.strip()])
+
+
 def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] | None = None,
                   source: str | None = None, key: str | None = None) -> list[Lattice]:
-    """Parse lattices of format ``fmt`` (one of :data:`FORMATS` or ``"auto"``).
+    """Parse lattices of format ``fmt`` (one of :data:`READ_FORMATS` but ``"espnet-nbest"``, or ``"auto"``).
 
     ``symbols`` is the word symbol table (id -> word) for formats that store integer word ids
     (Kaldi ``.int`` archives, OpenFst, k2). ``key`` names a lattice in formats without keys
@@ -91,7 +128,28 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
         return load_k2_bytes(data if isinstance(data, bytes) else data.encode(), symbols, source, key=key)
     if fmt == "json":
         return read_json_lattices(_decode(data, source), source)
-    raise LatticeFormatError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)} or auto", source=source)
+    if fmt == "nbest-json":
+        from lattices.formats.nbest import nbest_from_json
+
+        return _nbest_lattices(nbest_from_json(_decode(data, source), source), source)
+    if fmt == "srilm-nbest":
+        from lattices.formats.nbest import read_srilm_nbest
+
+        return _nbest_lattices([read_srilm_nbest(_decode(data, source), source, key)], source)
+    if fmt == "espnet-nbest":
+        raise LatticeFormatError("espnet-nbest is a directory format: give read_lattice_file the folder holding "
+                                 "1best_recog/, 2best_recog/...", source=source)
+    raise LatticeFormatError(f"unknown format {fmt!r}; expected one of {', '.join(READ_FORMATS)} or auto",
+                             source=source)
+
+
+def _nbest_lattices(lists: Sequence[NBestList], source: str | None) -> list[Lattice]:
+    from lattices.formats.nbest import nbest_to_lattice
+
+    try:
+        return [nbest_to_lattice(nbest) for nbest in lists]
+    except LatticeFormatError as err:
+        raise err.located(source=source) from None
 
 
 def read_json_lattices(text: str, source: str | None = None) -> list[Lattice]:
@@ -116,8 +174,12 @@ def read_json_lattices(text: str, source: str | None = None) -> list[Lattice]:
 
 
 def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str] | None = None) -> list[Lattice]:
-    """Read a lattice file (gzip or not)."""
+    """Read a lattice file (gzip or not), or an ESPnet n-best folder (``fmt`` auto or espnet-nbest)."""
     path = Path(path)
+    if fmt == "espnet-nbest" or (fmt == "auto" and path.is_dir()):
+        from lattices.formats.nbest import read_espnet_nbest
+
+        return _nbest_lattices(read_espnet_nbest(path), str(path))
     try:
         data = path.read_bytes()
     except FileNotFoundError:

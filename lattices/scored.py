@@ -1,0 +1,257 @@
+"""A lattice expanded and scored once, as score components that any weight setting recombines.
+
+How scores combine (the one place this is defined)
+--------------------------------------------------
+Every path's total score is a weighted sum of components, each summed over the path's arcs and
+its final state, in language-model units (natural log, higher is better)::
+
+    total = sum_k w_k * s_k                                  named first-pass scores
+          + old_lm_weight * old_lm                           the first-pass LM
+          + lm_weight * (new_lm + unk_penalty * unk)         the new LM
+          + word_penalty * words
+
+* ``s_k``: the input's named scores (:meth:`Lattice.named_scores`): a lattice's ``acoustic``
+  and ``graph``, or an n-best list's own names (``decoder``, ``ctc``, ``lm``, ``acoustic``...),
+  except the one that is the old LM. ``w_k`` is ``score_weights[k]``; where unset, a score named
+  ``acoustic`` gets ``acoustic_scale`` (default ``1/lmscale`` from an HTK header, else 0.1) and
+  every other name 1.
+* ``old_lm``: the named score ``old_lm_score`` (default: ``lm`` when the input has one, else
+  ``graph``). With an old-LM scorer (``afp rescore --old-lm ARPA``, the n-gram that built the
+  decoding graph) it is instead that model's exact log-probability of the path's words and
+  ``</s>``, computed on the same expansion, and the graph score's rest (``graph - old_lm``:
+  pronunciation and transition log-probabilities) stays among the ``s_k`` at weight 1, as
+  Kaldi's ``lmrescore`` does. ``old_lm_weight`` 0 replaces the old LM, 1 keeps it in full.
+* ``new_lm``: the rescoring model's log-probability of the path's words and ``</s>``.
+* ``unk``: how many of the path's words the new model does not know (it scores them as its
+  ``<unk>``); ``unk_penalty`` is a log-probability added to each, as TheanoLM's and SRILM's
+  unknown-word penalties are.
+* ``words``: how many words the LM scores (skipped symbols such as ``!SIL`` do not count).
+
+The first-pass score of a path is the same sum with ``lm_weight = 0`` and ``old_lm_weight = 1``.
+
+A :class:`ScoredLattice` holds these components per expanded arc as one ``(X, C)`` matrix, so a
+weight setting is a matrix-vector product and a search: this is how several LM weights, and
+``afp tune``'s whole grid, share one expansion and one LM pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, word_map
+from lattices.lattice import Lattice
+from lattices.ops import unique_rows
+from lattices.scorer import ContextScorer
+from lattices.search import Dag
+
+DEFAULT_ACOUSTIC_SCALE = 0.1
+#: the components after the named scores, in this order
+TAIL = ("old_lm", "new_lm", "unk", "words")
+
+
+class ScoreNameError(ValueError):
+    """A weight names a score the input does not carry; ``field`` is the option that named it."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Weights:
+    """One weight setting (see the module docstring). ``score_weights`` maps names to ``w_k``."""
+
+    lm_weight: float = 1.0
+    old_lm_weight: float = 0.0
+    word_penalty: float = 0.0
+    unk_penalty: float = 0.0
+    score_weights: Mapping[str, float] = field(default_factory=dict)
+
+
+def old_lm_name(names: tuple[str, ...], requested: str | None, key: str = "") -> str | None:
+    """Which named score is the old LM: ``requested``, else ``lm`` if present, else ``graph``."""
+    if requested is not None:
+        if requested not in names:
+            raise ScoreNameError(f"lattice {key!r}: the old-LM score {requested!r} is not among its scores "
+                                 f"{', '.join(names)}", "old_lm_score")
+        return requested
+    return "lm" if "lm" in names else ("graph" if "graph" in names else None)
+
+
+@dataclass(frozen=True)
+class ScoredLattice:
+    """A lattice expanded to its scorers' order and scored (``X`` expanded arcs, ``G`` expanded
+    final states, ``C`` components).
+
+    Attributes:
+      lattice: the (possibly pruned) input lattice.
+      expansion: its expansion; expansion histories hold lattice symbol ids, ``<s>`` being
+        ``len(lattice.symbols)``.
+      names: ``C`` component names: the named scores other than the old LM, then :data:`TAIL`.
+      arc_parts: float64 ``(X, C)`` components of every expanded arc.
+      final_parts: float64 ``(G, C)`` components of leaving through every expanded final state.
+      default_acoustic_scale, default_word_penalty: from the options or the lattice header.
+      stats: counts (expanded states and arcs, contexts, OOV words...).
+      timing: seconds spent expanding and scoring.
+    """
+
+    lattice: Lattice
+    expansion: Expansion
+    names: tuple[str, ...]
+    arc_parts: Tensor
+    final_parts: Tensor
+    default_acoustic_scale: float
+    default_word_penalty: float
+    stats: dict[str, Any]
+    pruned: dict[str, Any] | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def named(self) -> tuple[str, ...]:
+        """The named first-pass scores that are weighted by ``w_k``."""
+        return self.names[: -len(TAIL)]
+
+    def vector(self, weights: Weights) -> Tensor:
+        """float64 ``(C,)``: the weight of every component under ``weights``."""
+        unknown = sorted(set(weights.score_weights) - set(self.named))
+        if unknown:
+            raise ScoreNameError(f"lattice {self.lattice.key!r}: no score named {', '.join(unknown)}; its scores are "
+                                 f"{', '.join(self.named) or 'none'} (and the old LM)", "score_weights")
+        named = [weights.score_weights.get(name, self.default_acoustic_scale if name == "acoustic" else 1.0)
+                 for name in self.named]
+        tail = [weights.old_lm_weight, weights.lm_weight, weights.lm_weight * weights.unk_penalty,
+                weights.word_penalty]
+        return torch.tensor(named + tail, dtype=torch.float64, device=self.arc_parts.device)
+
+    def dag(self, vector: Tensor) -> Dag:
+        """The expanded lattice as a :class:`Dag` with the totals under a weight ``vector``."""
+        e = self.expansion
+        level = self.lattice.levels[e.state_orig]
+        return Dag(e.num_states, 0, e.src, e.dst, self.arc_parts @ vector, e.finals, self.final_parts @ vector,
+                   level)
+
+    def first_pass_weights(self, weights: Weights) -> Weights:
+        """The first-pass setting: the same named weights and penalty, old LM in full, no new LM."""
+        return Weights(lm_weight=0.0, old_lm_weight=1.0, word_penalty=weights.word_penalty,
+                       score_weights=weights.score_weights)
+
+    def column(self, name: str) -> int:
+        return self.names.index(name)
+
+
+def _model_ids(symbols: tuple[str, ...], used: Tensor, scorer: ContextScorer, device: torch.device) -> Tensor:
+    """int64 ``(len(symbols) + 1,)``: the scorer's id of each used lattice symbol (PAD for unused
+    ones) and, last, of ``<s>``. Only the symbols the lattice uses are looked up."""
+    table = torch.full((len(symbols) + 1,), PAD, dtype=torch.int64)
+    ids = used.tolist()
+    if ids:
+        table[used.cpu()] = scorer.word_ids([symbols[i] for i in ids]).to(torch.int64)
+    table[-1] = scorer.bos_id
+    return table.to(device)
+
+
+def lm_scores(expansion: Expansion, scorer: ContextScorer, model_ids: Tensor) -> tuple[Tensor, Tensor, dict[str, int]]:
+    """A scorer's log-probabilities of every expanded arc's word (0 for skipped symbols) and of
+    ``</s>`` at every expanded final state; each distinct (context, word) pair, in the scorer's
+    own ids, is scored once.
+
+    Args:
+      model_ids: from :func:`_model_ids`: maps the expansion's symbol ids to the scorer's ids.
+    Returns float64 ``(X,)``, float64 ``(G,)`` and counts (unique contexts, scored pairs).
+    """
+    device = expansion.src.device
+    scored = (expansion.arc_lm_word != PAD).nonzero().squeeze(1)
+    pair_state = torch.cat([expansion.src[scored], expansion.finals])
+    words = model_ids[expansion.arc_lm_word[scored]]
+    pair_word = torch.cat([words, torch.full_like(expansion.finals, scorer.eos_id)])
+    history = expansion.state_history
+    history = torch.where(history == PAD, PAD, model_ids[history.clamp(min=0)])
+    histories, context_of_state = unique_rows(history)
+    pair_context = context_of_state[pair_state]
+    pairs, pair_index = unique_rows(torch.stack([pair_context, pair_word], dim=1))
+    used_contexts, context_index = torch.unique(pairs[:, 0], return_inverse=True)
+    rows = histories[used_contexts]
+    lengths = (rows != PAD).sum(dim=1)
+    values = scorer.score(rows.clamp(min=0), lengths, pairs[:, 1], context_index)
+    values = values.to(device=device, dtype=torch.float64)[pair_index]
+    arc_lm = torch.zeros(expansion.num_arcs, dtype=torch.float64, device=device)
+    arc_lm[scored] = values[: scored.shape[0]]
+    counts = {"unique_contexts": int(used_contexts.shape[0]), "scored_pairs": int(pairs.shape[0])}
+    return arc_lm, values[scored.shape[0]:], counts
+
+
+def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextScorer | None = None,
+                  old_lm_score: str | None = None, acoustic_scale: float, word_penalty: float,
+                  skip: frozenset[str] = DEFAULT_SKIP, max_arcs: int | None = None,
+                  deadline: float | None = None, pruned: dict[str, Any] | None = None) -> ScoredLattice:
+    """Expand ``lattice`` to the order of its scorers and compute every component of every arc.
+
+    Args:
+      scorer: the new LM (finite context).
+      old_lm: optional scorer of the old LM to subtract exactly (see the module docstring).
+      old_lm_score: which named score is the old LM (default ``lm``, else ``graph``).
+      acoustic_scale, word_penalty: the defaults of ``w_acoustic`` and the word penalty.
+      max_arcs, deadline: the expansion's budget and time limit.
+    """
+    sizes = [s.context_size for s in (scorer, old_lm) if s is not None]
+    if any(size is None for size in sizes):
+        raise ValueError("the model has an unbounded context (an exact RNN): exact lattice expansion needs an "
+                         "AFP-rho or n-gram model")
+    timing: dict[str, float] = {}
+    device = lattice.device
+    symbols = lattice.symbols
+    bos = len(symbols)
+    identity = word_map(symbols, torch.arange(len(symbols), dtype=torch.int64), skip)
+    used = torch.unique(lattice.words)
+    tick = time.perf_counter()
+    expansion = expand(lattice, identity, max(sizes), bos, max_arcs, deadline)  # type: ignore[arg-type]
+    timing["expand"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
+    new_ids = _model_ids(symbols, used, scorer, device)
+    new_arc, new_final, counts = lm_scores(expansion, scorer, new_ids)
+    named_scores = lattice.named_scores()
+    old_name = old_lm_name(tuple(named_scores), old_lm_score, lattice.key)
+    orig, final_orig = expansion.arc_orig, expansion.final_orig
+    columns = {name: (arc[orig], final[final_orig]) for name, (arc, final) in named_scores.items()}
+    if old_lm is not None:
+        old_arc, old_final, old_counts = lm_scores(expansion, old_lm, _model_ids(symbols, used, old_lm, device))
+        counts["old_lm_pairs"] = old_counts["scored_pairs"]
+        if old_name is not None:  # the old LM's share of that score is replaced by the exact n-gram
+            arc, final = columns[old_name]
+            columns[old_name] = (arc - old_arc, final - old_final)
+    else:
+        zero = torch.zeros(0, dtype=torch.float64, device=device)
+        old_arc, old_final = columns.pop(old_name) if old_name is not None else (
+            zero.new_zeros(expansion.num_arcs), zero.new_zeros(expansion.finals.shape[0]))
+    timing["score"] = time.perf_counter() - tick
+
+    known = torch.zeros(len(symbols), dtype=torch.bool)
+    if used.numel():
+        known[used.cpu()] = scorer.known([symbols[i] for i in used.tolist()]).to(torch.bool)
+    known = known.to(device)
+    is_word = expansion.arc_lm_word != PAD
+    arc_symbol = lattice.words[orig]
+    is_unk = is_word & ~known[arc_symbol]
+    names = (*columns, *TAIL)
+    arc_parts = torch.stack([*(c[0] for c in columns.values()), old_arc, new_arc, is_unk.to(torch.float64),
+                             is_word.to(torch.float64)], dim=1)
+    g = expansion.finals.shape[0]
+    final_parts = torch.stack([*(c[1] for c in columns.values()), old_final, new_final,
+                               torch.zeros(g, dtype=torch.float64, device=device),
+                               torch.zeros(g, dtype=torch.float64, device=device)], dim=1)
+    lm_symbols = used[identity.to(used.device)[used] != PAD].tolist()
+    oov = sorted({symbols[i] for i in lm_symbols if not bool(known[i])})
+    stats = {"expanded_states": expansion.num_states, "expanded_arcs": expansion.num_arcs,
+             "lattice_states": lattice.num_states, "lattice_arcs": lattice.num_arcs, "rho": expansion.rho,
+             "oov": len(oov), "oov_words": oov[:50], "oov_share": len(oov) / max(1, len(lm_symbols)),
+             "old_lm_score": "old-lm scorer" if old_lm is not None else old_name, **counts}
+    return ScoredLattice(lattice=lattice, expansion=expansion, names=names, arc_parts=arc_parts,
+                         final_parts=final_parts, default_acoustic_scale=acoustic_scale,
+                         default_word_penalty=word_penalty, stats=stats, pruned=pruned, timing=timing)

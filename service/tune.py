@@ -1,0 +1,323 @@
+"""``afp tune``: choose rescoring weights on a dev set by word error rate.
+
+The dev set is expanded and scored once (:func:`lattices.rescore.score_for_options`); every grid
+point only recombines the stored score components (:mod:`lattices.scored`) and searches again.
+
+* Tree-shaped inputs (n-best lists: every path is one hypothesis) are reduced to a
+  ``(hypotheses, components)`` matrix per utterance, so the whole grid is one matrix product and
+  an argmax per utterance, and MBR's expected errors one more product with the precomputed
+  hypothesis-to-hypothesis edit distances. The oracle WER is the best hypothesis's.
+* Other lattices are searched (best path on the expanded lattice) once per grid point and
+  utterance; MBR there uses each point's ``mbr_nbest`` best distinct sequences. Their oracle
+  WER is not computed (it needs a lattice-to-reference alignment) and is reported as null.
+
+WER is computed with kaldialign (:mod:`service.wer`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+import torch
+from torch import Tensor
+
+from lattices.expand import PAD
+from lattices.rescore import RescoreOptions, first_pass_best, rescore_scored, score_for_options
+from lattices.scored import ScoredLattice, Weights
+from lattices.scorer import ContextScorer
+from service.wer import WerStats, match_references, word_errors
+
+GRID_NAMES = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The values to try of each weight (the product is searched)."""
+
+    lm_weights: tuple[float, ...] = tuple(round(0.1 * i, 2) for i in range(11))
+    old_lm_weights: tuple[float, ...] = (0.0,)
+    word_penalties: tuple[float, ...] = (0.0,)
+    unk_penalties: tuple[float, ...] = (0.0,)
+
+    def points(self) -> list[dict[str, float]]:
+        values = (self.lm_weights, self.old_lm_weights, self.word_penalties, self.unk_penalties)
+        for name, options in zip(GRID_NAMES, values):
+            if not options or not all(math.isfinite(v) for v in options):
+                raise ValueError(f"{name}: give at least one finite value, got {options}")
+        return [dict(zip(GRID_NAMES, combo)) for combo in itertools.product(*values)]
+
+
+@dataclass
+class _Utterance:
+    """What the grid needs of one utterance."""
+
+    key: str
+    ref: list[str]
+    first_pass: WerStats
+    hyp_words: list[list[str]] | None = None  # tree inputs: every hypothesis
+    hyp_parts: Tensor | None = None  # (H, C)
+    errors: list[WerStats] | None = None  # (H,)
+    error_counts: numpy.ndarray | None = None  # (H,) errors of each hypothesis
+    distances: Tensor | None = None  # (H, H) for MBR
+    scored: ScoredLattice | None = None  # other lattices
+
+
+def hypothesis_table(scored: ScoredLattice) -> tuple[list[list[str]], Tensor] | None:
+    """Every path of a tree-shaped expanded lattice: its words and its ``(C,)`` components, in
+    the n-best list's order when the lattice is one (``final_extra["hypothesis"]``).
+
+    Returns None when some state has two incoming arcs (not a tree)."""
+    e, lattice = scored.expansion, scored.lattice
+    dst = e.dst.cpu()
+    indegree = torch.bincount(dst, minlength=e.num_states)
+    if e.num_states and int(indegree.max()) > 1:
+        return None
+    parts = scored.arc_parts.cpu().numpy()
+    acc = numpy.zeros((e.num_states, parts.shape[1]))
+    src, dsts = e.src.cpu().tolist(), dst.tolist()
+    incoming = [-1] * e.num_states
+    for a in range(e.num_arcs):  # arcs are sorted by source, and a parent's id is below its children's
+        acc[dsts[a]] = acc[src[a]] + parts[a]
+        incoming[dsts[a]] = a
+    symbols = lattice.symbols
+    word_of = [symbols[w] if lm != PAD else None
+               for w, lm in zip(lattice.words[e.arc_orig].tolist(), e.arc_lm_word.tolist())]
+    words, rows = [], []
+    for state in e.finals.tolist():
+        path, s = [], state
+        while incoming[s] >= 0:
+            a = incoming[s]
+            if word_of[a] is not None:
+                path.append(word_of[a])
+            s = src[a]
+        words.append(path[::-1])
+        rows.append(acc[state])
+    parts_out = torch.from_numpy(numpy.stack(rows)) + scored.final_parts.cpu()
+    ranks = lattice.final_extra.get("hypothesis")
+    if ranks is not None:
+        order = torch.argsort(ranks.cpu()[e.final_orig.cpu()], stable=True)
+        words, parts_out = [words[i] for i in order.tolist()], parts_out[order]
+    return words, parts_out
+
+
+class Tuner:
+    """Scores a dev set once, then evaluates weight grids on it.
+
+    Utterances come in as lattices (:meth:`add`: expanded and scored by the tuner's scorer) or as
+    ready hypothesis tables (:meth:`add_table`: e.g. a full-recurrence RNN's sentence scores of
+    n-best lists, for a baseline tuned the same way)."""
+
+    def __init__(self, scorer: ContextScorer | None, options: RescoreOptions, refs: dict[str, list[str]],
+                 device: str | None = None, old_lm: ContextScorer | None = None, mbr: bool = False) -> None:
+        """``mbr``: also prepare MBR decoding (hypothesis distances) whatever ``options.decode`` says."""
+        self.scorer, self.options, self.refs, self.device, self.old_lm = scorer, options, refs, device, old_lm
+        self.want_mbr = mbr or options.decode == "mbr"
+        self.utterances: list[_Utterance] = []
+        self.names: tuple[str, ...] | None = None
+
+    def _check_names(self, names: tuple[str, ...], key: str) -> None:
+        if self.names is None:
+            self.names = names
+        elif names != self.names:
+            raise ValueError(f"lattice {key!r} has scores {names}, the first had {self.names}: "
+                             "a dev set must carry the same named scores throughout")
+
+    def add(self, lattices: Iterable[Any], progress: bool = False) -> None:
+        """Expand, score and tabulate lattices (their keys must have references)."""
+        from tqdm import tqdm
+
+        if self.scorer is None:
+            raise ValueError("this tuner has no scorer: use add_table")
+        lattices = list(lattices)
+        refs = match_references(self.refs, [lattice.key for lattice in lattices])
+        for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
+            scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm)
+            self._check_names(scored.names, lattice.key)
+            table = hypothesis_table(scored)
+            if table is not None:
+                self.add_table(lattice.key, refs[lattice.key], table[0], table[1], scored.names, _first=0
+                               if "nbest" in lattice.meta else None, _scored=scored)
+                continue
+            labels = torch.where(scored.expansion.arc_lm_word != PAD,
+                                 scored.lattice.words[scored.expansion.arc_orig], -1)
+            first = first_pass_best(scored, scored.first_pass_weights(self.options.weights(1.0, scored)), labels)
+            ref = refs[lattice.key]
+            self.utterances.append(_Utterance(key=lattice.key, ref=ref, first_pass=word_errors(ref, first.words),
+                                              scored=scored))
+
+    def add_table(self, key: str, ref: list[str], words: list[list[str]], parts: Tensor, names: tuple[str, ...],
+                  _first: int | None = 0, _scored: ScoredLattice | None = None) -> None:
+        """One utterance as hypotheses: their words and ``(H, C)`` components named ``names``
+        (:mod:`lattices.scored`'s order). The first hypothesis is the first pass's 1-best (n-best
+        order) unless it is not an n-best list, when the first-pass weights choose."""
+        self._check_names(names, key)
+        if _first is None:
+            vector = _vector_for(names, Weights(lm_weight=0.0, old_lm_weight=1.0,
+                                                word_penalty=self.options.word_penalty or 0.0,
+                                                score_weights=dict(self.options.score_weights)), self.options)
+            _first = int(_argmax_first((parts @ vector).unsqueeze(1))[0])
+        errors = [word_errors(ref, w) for w in words]
+        utt = _Utterance(key=key, ref=ref, first_pass=errors[_first], hyp_words=words, hyp_parts=parts.cpu(),
+                         errors=errors, error_counts=numpy.array([e.errors for e in errors]))
+        if self.want_mbr:
+            from lattices.mbr import edit_distance_matrix
+
+            utt.distances = edit_distance_matrix(words)
+        self.utterances.append(utt)
+
+    def first_pass(self) -> WerStats:
+        return _total(u.first_pass for u in self.utterances)
+
+    def oracle(self) -> WerStats | None:
+        if any(u.errors is None for u in self.utterances):
+            return None
+        return _total(min(u.errors, key=lambda s: s.errors) for u in self.utterances if u.errors)
+
+    def choices(self, points: Sequence[dict[str, float]], mbr: bool = False) -> list[list[list[str]]]:
+        """Per grid point, the chosen words of every utterance (Viterbi, or MBR with ``mbr``)."""
+        out: list[list[list[str]]] = [[] for _ in points]
+        vectors = self._vectors(points)
+        for utt in self.utterances:
+            for i, words in enumerate(self._choose(utt, points, vectors, mbr)):
+                out[i].append(words)
+        return out
+
+    def evaluate(self, points: Sequence[dict[str, float]], mbr: bool = False) -> numpy.ndarray:
+        """Word errors of each grid point summed over the corpus, int ``(P,)`` (Viterbi, or MBR)."""
+        if not self.utterances:
+            raise ValueError("no utterance to tune on")
+        totals = numpy.zeros(len(points), dtype=numpy.int64)
+        vectors = self._vectors(points)
+        for utt in self.utterances:
+            if utt.hyp_parts is not None:
+                totals += utt.error_counts[self._table_choice(utt, vectors, mbr)]
+            else:
+                totals += numpy.array([word_errors(utt.ref, w).errors
+                                       for w in self._choose(utt, points, vectors, mbr)])
+        return totals
+
+    def stats(self, point: dict[str, float], mbr: bool = False) -> WerStats:
+        """The full error breakdown at one grid point."""
+        return _total(word_errors(utt.ref, words) for utt, words in zip(self.utterances,
+                                                                       self.choices([point], mbr)[0]))
+
+    def _vectors(self, points: Sequence[dict[str, float]]) -> Tensor:
+        """float64 ``(C, P)``: the component weights of every grid point."""
+        return torch.stack([self._vector(p) for p in points], dim=1)
+
+    def _table_choice(self, utt: _Utterance, vectors: Tensor, mbr: bool) -> numpy.ndarray:
+        assert utt.hyp_parts is not None
+        scores = utt.hyp_parts @ vectors  # (H, P)
+        if mbr:
+            from lattices.mbr import mbr_choice
+
+            return mbr_choice(scores.T, utt.distances, self.options.mbr_scale).numpy()
+        return _argmax_first(scores).numpy()
+
+    def _choose(self, utt: _Utterance, points: Sequence[dict[str, float]], vectors: Tensor,
+                mbr: bool) -> list[list[str]]:
+        if utt.hyp_parts is not None:
+            assert utt.hyp_words is not None
+            return [utt.hyp_words[c] for c in self._table_choice(utt, vectors, mbr).tolist()]
+        assert utt.scored is not None
+        return [rescore_scored(utt.scored, self._options(p, mbr))[0].best.words for p in points]
+
+    def _options(self, point: dict[str, float], mbr: bool) -> RescoreOptions:
+        import dataclasses
+
+        return dataclasses.replace(self.options, lm_weights=(point["lm_weight"],),
+                                   old_lm_weight=point["old_lm_weight"], word_penalty=point["word_penalty"],
+                                   unk_penalty=point["unk_penalty"], decode="mbr" if mbr else "viterbi", nbest=1)
+
+    def _vector(self, point: dict[str, float]) -> Tensor:
+        weights = Weights(lm_weight=point["lm_weight"], old_lm_weight=point["old_lm_weight"],
+                          word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
+                          score_weights=dict(self.options.score_weights))
+        return _vector_for(self.names or (), weights, self.options)
+
+
+def _vector_for(names: tuple[str, ...], weights: Weights, options: RescoreOptions) -> Tensor:
+    """The component weights of a tree input (header defaults do not apply to n-best lists)."""
+    named_names = names[:-4]
+    unknown = sorted(set(weights.score_weights) - set(named_names))
+    if unknown:
+        raise ValueError(f"no score named {', '.join(unknown)}; the inputs' scores are {', '.join(named_names)}")
+    acoustic = options.acoustic_scale if options.acoustic_scale is not None else 0.1
+    named = [weights.score_weights.get(n, acoustic if n == "acoustic" else 1.0) for n in named_names]
+    return torch.tensor(named + [weights.old_lm_weight, weights.lm_weight, weights.lm_weight * weights.unk_penalty,
+                                 weights.word_penalty], dtype=torch.float64)
+
+
+def _argmax_first(scores: Tensor) -> Tensor:
+    """Per column, the first row with the highest score (the recogniser's order breaks ties)."""
+    best = scores.max(dim=0, keepdim=True).values
+    rows = torch.arange(scores.shape[0]).unsqueeze(1).expand_as(scores)
+    return torch.where(scores == best, rows, scores.shape[0]).min(dim=0).values
+
+
+def _total(stats: Iterable[WerStats]) -> WerStats:
+    total = WerStats.zero()
+    for s in stats:
+        total = total + s
+    return total
+
+
+def tune(tuner: Tuner, grid: Grid, mbr: bool = False) -> dict[str, Any]:
+    """Evaluate the grid (Viterbi, and MBR too with ``mbr``); the JSON report of ``afp tune --json``."""
+    points = grid.points()
+    ref_words = tuner.first_pass().ref_words
+    rows = [{**p, "wer": 100.0 * int(e) / ref_words, "errors": int(e)} for p, e in zip(points, tuner.evaluate(points))]
+    if mbr:
+        for row, e in zip(rows, tuner.evaluate(points, mbr=True)):
+            row.update({"mbr_wer": 100.0 * int(e) / ref_words, "mbr_errors": int(e)})
+    best = min(rows, key=lambda r: r["errors"])  # the first of equals: the grid's own order
+    oracle = tuner.oracle()
+    report: dict[str, Any] = {
+        "best": {**{k: best[k] for k in (*GRID_NAMES, "wer")},
+                 "errors": tuner.stats({k: best[k] for k in GRID_NAMES}).to_json()},
+        "first_pass_wer": tuner.first_pass().wer,
+        "oracle_wer": oracle.wer if oracle is not None else None,
+        "utterances": len(tuner.utterances),
+        "ref_words": ref_words,
+        "score_weights": dict(tuner.options.score_weights),
+        "grid": rows,
+    }
+    if mbr:
+        best_mbr = min(rows, key=lambda r: r["mbr_errors"])
+        report["best_mbr"] = {**{k: best_mbr[k] for k in GRID_NAMES}, "wer": best_mbr["mbr_wer"],
+                              "mbr_scale": tuner.options.mbr_scale}
+    return report
+
+
+def plot(report: dict[str, Any], path: str, title: str = "") -> None:
+    """WER against the LM weight, one line per old-LM weight (at the best penalties); a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    best = report["best"]
+    rows = [r for r in report["grid"] if r["word_penalty"] == best["word_penalty"]
+            and r["unk_penalty"] == best["unk_penalty"]]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for old in sorted({r["old_lm_weight"] for r in rows}):
+        line = sorted((r for r in rows if r["old_lm_weight"] == old), key=lambda r: r["lm_weight"])
+        ax.plot([r["lm_weight"] for r in line], [r["wer"] for r in line], marker="o", label=f"old LM weight {old:g}")
+        if "mbr_wer" in line[0]:
+            ax.plot([r["lm_weight"] for r in line], [r["mbr_wer"] for r in line], linestyle="--",
+                    label=f"MBR, old LM weight {old:g}")
+    ax.axhline(report["first_pass_wer"], color="black", linestyle=":", label="first pass")
+    if report["oracle_wer"] is not None:
+        ax.axhline(report["oracle_wer"], color="grey", linestyle=":", label="oracle")
+    ax.set_xlabel("new LM weight")
+    ax.set_ylabel("WER (%)")
+    ax.set_title(title or "WER against LM weight")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

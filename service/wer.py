@@ -1,0 +1,244 @@
+"""Word error rate: reference transcripts, hypothesis-to-reference matching, edit-distance counts.
+
+Reference formats (:func:`read_references`, detected from the file name, then the content):
+
+``text`` (Kaldi)
+    One utterance per line: ``uttid w1 w2 ...``. A line with only the id is an empty reference.
+``trn`` (sclite)
+    One utterance per line: ``w1 w2 ... (id)``, the id in parentheses at the end of the line.
+    sclite's ids are ``speaker-utterance``: ESPnet writes ``1272-128104-0000`` as
+    ``(1272-128104-1272-128104-0000)``. :func:`match_references` finds such an id from the bare
+    utterance id (the unique reference id ending in ``-`` + key).
+lhotse manifests (``.jsonl``, ``.jsonl.gz``, ``.json``)
+    A ``SupervisionSet`` gives ``supervision id -> text``; a ``CutSet`` gives that for its
+    supervisions and also ``cut id -> the texts of its supervisions joined in time order`` (where a
+    cut has the id of a supervision, as ``trim_to_supervisions`` makes them, the supervision's
+    own text is the reference). Supervisions without text are left out.
+
+The format is chosen from the name first (the manifest suffixes; ``.trn``), else from the
+content: ``trn`` when every non-empty line ends with a parenthesised id, Kaldi ``text``
+otherwise (so a Kaldi transcript with a ``(noise)`` tag at the end of some line stays Kaldi). Words are split on
+whitespace and kept as they are (no case or punctuation normalisation). Lines are read as UTF-8.
+
+Counts are kaldialign's (Levenshtein with unit costs for substitution, insertion and deletion,
+the same as Kaldi's ``compute-wer``): :func:`word_errors` for one utterance, :func:`corpus_wer`
+for many, summed as :class:`WerStats`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+MANIFEST_SUFFIXES = (".jsonl.gz", ".jsonl", ".json")
+_TRN_LINE = re.compile(r"^(?P<text>.*?)\s*\((?P<id>[^()\s]*)\)\s*$")
+_MAX_LISTED = 5
+
+
+class ReferencesError(ValueError):
+    """A reference file cannot be read, or hypotheses cannot be matched to references.
+
+    The message names the file and line (reading) or the keys (matching)."""
+
+
+@dataclass(frozen=True)
+class WerStats:
+    """Word error counts of one utterance or summed over many (``+``; ``sum()`` works too).
+
+    ``errors = substitutions + insertions + deletions``; ``sentences`` counts utterances and
+    ``sentence_errors`` those with at least one error.
+    """
+
+    errors: int = 0
+    substitutions: int = 0
+    insertions: int = 0
+    deletions: int = 0
+    ref_words: int = 0
+    sentences: int = 0
+    sentence_errors: int = 0
+
+    def __post_init__(self) -> None:
+        assert self.errors == self.substitutions + self.insertions + self.deletions, (
+            f"errors {self.errors} != substitutions {self.substitutions} + insertions {self.insertions} "
+            f"+ deletions {self.deletions}")
+
+    @classmethod
+    def zero(cls) -> WerStats:
+        """No utterances, no errors (the start of a sum)."""
+        return cls()
+
+    @property
+    def wer(self) -> float:
+        """Word error rate in percent, ``100 * errors / ref_words``. With no reference words: 0.0
+        when there are no errors either, else ``inf``."""
+        if self.ref_words == 0:
+            return 0.0 if self.errors == 0 else float("inf")
+        return 100.0 * self.errors / self.ref_words
+
+    @property
+    def ser(self) -> float:
+        """Sentence error rate in percent (0.0 with no sentences)."""
+        return 100.0 * self.sentence_errors / self.sentences if self.sentences else 0.0
+
+    def __add__(self, other: WerStats) -> WerStats:
+        if not isinstance(other, WerStats):
+            return NotImplemented
+        return WerStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def __radd__(self, other: Any) -> WerStats:
+        if isinstance(other, int) and other == 0:  # sum() starts from 0
+            return self
+        return NotImplemented
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts and ``wer`` (percent; ``None`` when there are no reference words)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["wer"] = self.wer if self.ref_words else None
+        return out
+
+
+def word_errors(ref: Sequence[str], hyp: Sequence[str]) -> WerStats:
+    """The edit-distance counts of one hypothesis against its reference (lists of words)."""
+    import kaldialign
+
+    for name, words in (("ref", ref), ("hyp", hyp)):
+        if isinstance(words, str):
+            raise TypeError(f"{name} must be a list of words, not a string: {words[:40]!r}")
+    result = kaldialign.edit_distance(list(ref), list(hyp))
+    errors = result["sub"] + result["ins"] + result["del"]
+    return WerStats(errors=errors, substitutions=result["sub"], insertions=result["ins"], deletions=result["del"],
+                    ref_words=len(ref), sentences=1, sentence_errors=int(errors > 0))
+
+
+def corpus_wer(pairs: Iterable[tuple[Sequence[str], Sequence[str]]]) -> WerStats:
+    """The summed counts of ``(reference, hypothesis)`` word lists."""
+    total = WerStats.zero()
+    for ref, hyp in pairs:
+        total = total + word_errors(ref, hyp)
+    return total
+
+
+def read_references(path: str | Path) -> dict[str, list[str]]:
+    """Utterance id -> reference words, from a Kaldi ``text``, sclite ``trn`` or lhotse manifest
+    (module docstring). Raises :class:`ReferencesError` naming the file (and line)."""
+    path = Path(path)
+    if path.name.endswith(MANIFEST_SUFFIXES):
+        return _read_manifest(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise ReferencesError(f"{path}: cannot read references: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        line = _line_of_byte(path, err.start)
+        raise ReferencesError(f"{path}:{line}: not UTF-8 text ({err.reason})") from None
+    if not any(line.strip() for line in lines):
+        raise ReferencesError(f"{path}: no references (the file is empty)")
+    trn = path.suffix == ".trn" or all(_TRN_LINE.match(line) for line in lines if line.strip())
+    refs: dict[str, list[str]] = {}
+    seen_at: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if trn:
+            match = _TRN_LINE.match(line)
+            if match is None or not match["id"]:
+                raise ReferencesError(f"{path}:{number}: expected sclite trn 'words ... (id)', "
+                                      f"got {line[:80]!r}")
+            key, words = match["id"], match["text"].split()
+        else:
+            key, *words = line.split()
+        if key in seen_at:
+            raise ReferencesError(f"{path}:{number}: utterance {key!r} again (first on line {seen_at[key]})")
+        seen_at[key] = number
+        refs[key] = words
+    return refs
+
+
+def match_references(refs: dict[str, list[str]], keys: Iterable[str]) -> dict[str, list[str]]:
+    """Each hypothesis key -> its reference words: the reference with that id, else the unique
+    reference whose id ends with ``"-" + key`` (sclite's ``speaker-utterance`` ids).
+
+    Raises :class:`ReferencesError` for keys without a reference (up to five listed, and the
+    count) and for a key that ends two or more reference ids."""
+    by_suffix: dict[str, list[str]] = {}
+    for ref_id in refs:
+        for position, char in enumerate(ref_id):
+            if char == "-":
+                by_suffix.setdefault(ref_id[position + 1:], []).append(ref_id)
+    out: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for key in keys:
+        if key in refs:
+            out[key] = refs[key]
+            continue
+        candidates = by_suffix.get(key, [])
+        if len(candidates) > 1:
+            listed = ", ".join(repr(c) for c in candidates[:_MAX_LISTED])
+            raise ReferencesError(f"hypothesis {key!r} matches {len(candidates)} references ({listed}): "
+                                  "use exact reference ids")
+        if candidates:
+            out[key] = refs[candidates[0]]
+        else:
+            missing.append(key)
+    if missing:
+        listed = ", ".join(repr(k) for k in missing[:_MAX_LISTED])
+        more = f" and {len(missing) - _MAX_LISTED} more" if len(missing) > _MAX_LISTED else ""
+        raise ReferencesError(f"{len(missing)} hypothes{'is has' if len(missing) == 1 else 'es have'} no reference: "
+                              f"{listed}{more} (of {len(refs)} references)")
+    return out
+
+
+def cut_reference(cut: Any) -> list[str] | None:
+    """A lhotse cut's reference: the texts of its supervisions in time order, joined; ``None``
+    when no supervision carries text."""
+    texts = sorted((sup for sup in cut.supervisions if sup.text is not None), key=lambda sup: sup.start)
+    return " ".join(sup.text for sup in texts).split() if texts else None
+
+
+def _read_manifest(path: Path) -> dict[str, list[str]]:
+    from lhotse import CutSet, SupervisionSet, load_manifest
+
+    if not path.is_file():
+        raise ReferencesError(f"{path}: cannot read references: no such file")
+    try:
+        manifest = load_manifest(path)
+    except Exception as err:  # lhotse raises many types for unreadable manifests
+        raise ReferencesError(f"{path}: not a readable lhotse manifest: {err}") from None
+    refs: dict[str, list[str]] = {}
+    joined: dict[str, list[str]] = {}
+
+    def put(sup: Any) -> None:
+        words = sup.text.split()
+        if sup.id in refs and refs[sup.id] != words:
+            raise ReferencesError(f"{path}: supervision {sup.id!r} has two different texts: "
+                                  f"{' '.join(refs[sup.id])[:60]!r} and {' '.join(words)[:60]!r}")
+        refs[sup.id] = words
+
+    if isinstance(manifest, SupervisionSet):
+        for sup in manifest:
+            if sup.text is not None:
+                put(sup)
+    elif isinstance(manifest, CutSet):
+        for cut in manifest:
+            for sup in cut.supervisions:
+                if sup.text is not None:
+                    put(sup)
+            words = cut_reference(cut)
+            if words is not None:
+                joined[cut.id] = words
+    else:
+        raise ReferencesError(f"{path}: expected a SupervisionSet or CutSet, got {type(manifest).__name__}")
+    for cut_id, words in joined.items():  # a supervision's own text wins over a cut of the same id
+        refs.setdefault(cut_id, words)
+    if not refs:
+        raise ReferencesError(f"{path}: no supervision carries text")
+    return refs
+
+
+def _line_of_byte(path: Path, offset: int) -> int:
+    with open(path, "rb") as f:
+        return f.read(offset).count(b"\n") + 1

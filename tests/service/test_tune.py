@@ -1,0 +1,134 @@
+"""afp tune: one scoring pass, and every grid point's WER equal to rescoring with those weights."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_json, nbest_to_lattice
+from lattices.rescore import RescoreOptions, rescore
+from lm.checkpoint import LoadedModel
+from lm.scorer import LMScorer
+from service.cli import main
+from service.tune import Grid, Tuner, tune
+from service.wer import word_errors
+from tests.factories import WORDS, make_model, random_lattice, saved_model, tiny_vocab
+
+VOCAB = tiny_vocab()
+GRID = Grid(lm_weights=(0.0, 0.5, 1.0, 2.0), old_lm_weights=(0.0, 1.0), word_penalties=(0.0, 2.0),
+            unk_penalties=(0.0, -3.0))
+
+
+def lm_scorer(seed: int = 1) -> LMScorer:
+    model = make_model(VOCAB, seed=seed, cell="gru", mode="afp", rho=2)
+    return LMScorer(LoadedModel(model.config, VOCAB, model))
+
+
+def dev_set(count: int, seed: int = 0) -> tuple[list[NBestList], dict[str, list[str]]]:
+    """Random n-best lists whose reference is one of the hypotheses (not always the first)."""
+    rng = random.Random(seed)
+    lists, refs = [], {}
+    for u in range(count):
+        base = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
+        hyps = []
+        for _ in range(rng.randint(2, 6)):
+            words = list(base)
+            for _ in range(rng.randint(0, 2)):
+                op = rng.random()
+                if op < 0.4 and words:
+                    words[rng.randrange(len(words))] = rng.choice([*WORDS, "zebra"])
+                elif op < 0.7:
+                    words.insert(rng.randrange(len(words) + 1), rng.choice(WORDS))
+                elif words:
+                    del words[rng.randrange(len(words))]
+            hyps.append(NBestHypothesis(tuple(words), {"decoder": -rng.uniform(0, 5), "lm": -rng.uniform(5, 20)}))
+        key = f"utt{u}"
+        refs[key] = list(rng.choice(hyps).words) if rng.random() < 0.8 else base
+        lists.append(NBestList(key, tuple(hyps)))
+    return lists, refs
+
+
+def engine_errors(lattices, refs, scorer, point, options) -> int:
+    options = RescoreOptions(lm_weights=(point["lm_weight"],), old_lm_weight=point["old_lm_weight"],
+                             word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
+                             score_weights=options.score_weights, acoustic_scale=options.acoustic_scale)
+    return sum(word_errors(refs[lat.key], rescore(lat, scorer, options)[0].best.words).errors for lat in lattices)
+
+
+def test_every_grid_point_equals_rescoring_with_its_weights():
+    lists, refs = dev_set(25)
+    scorer = lm_scorer()
+    options = RescoreOptions(score_weights={"decoder": 0.5})
+    tuner = Tuner(scorer, options, refs)
+    tuner.add(nbest_to_lattice(n) for n in lists)
+    assert all(u.hyp_parts is not None for u in tuner.utterances)  # n-best lists take the fast path
+    points = GRID.points()
+    fast = tuner.evaluate(points)
+    lattices = [nbest_to_lattice(n) for n in lists]
+    assert [int(e) for e in fast] == [engine_errors(lattices, refs, scorer, p, options) for p in points]
+    assert len(set(fast.tolist())) > 1  # the grid matters on this data
+
+
+def test_first_pass_oracle_and_report():
+    lists, refs = dev_set(30, seed=4)
+    tuner = Tuner(lm_scorer(), RescoreOptions(), refs, mbr=True)
+    tuner.add(nbest_to_lattice(n) for n in lists)
+    first = sum(word_errors(refs[n.key], list(n.hypotheses[0].words)).errors for n in lists)
+    oracle = sum(min(word_errors(refs[n.key], list(h.words)).errors for h in n.hypotheses) for n in lists)
+    ref_words = sum(len(refs[n.key]) for n in lists)
+    report = tune(tuner, GRID, mbr=True)
+    assert report["first_pass_wer"] == pytest.approx(100 * first / ref_words)
+    assert report["oracle_wer"] == pytest.approx(100 * oracle / ref_words)
+    assert report["oracle_wer"] <= report["best"]["wer"] <= min(r["wer"] for r in report["grid"])
+    assert len(report["grid"]) == 32 and all("mbr_wer" in r for r in report["grid"])
+    assert report["best"]["errors"]["errors"] == round(report["best"]["wer"] * ref_words / 100)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_lattices_take_the_search_path_with_the_same_answers(seed):
+    lattices = [random_lattice(seed * 10 + i, key=f"l{i}") for i in range(4)]
+    scorer = lm_scorer(seed)
+    options = RescoreOptions(acoustic_scale=0.1)
+    first = [rescore(lat, scorer, options)[0].best.words for lat in lattices]
+    refs = {lat.key: words[:-1] + ["extra"] for lat, words in zip(lattices, first)}
+    tuner = Tuner(scorer, options, refs)
+    tuner.add(lattices)
+    assert any(u.scored is not None for u in tuner.utterances)
+    points = GRID.points()[:6]
+    assert [int(e) for e in tuner.evaluate(points)] == [engine_errors(lattices, refs, scorer, p, options)
+                                                        for p in points]
+
+
+def test_cli_json_contract_and_plot(tmp_path, capsys):
+    lists, refs = dev_set(12, seed=2)
+    nbest_file = tmp_path / "dev.json"
+    nbest_file.write_text(json.dumps({"nbest": [nbest_to_json(n) for n in lists]}))
+    refs_file = tmp_path / "text"
+    refs_file.write_text("".join(f"{k} {' '.join(v)}\n" for k, v in refs.items()))
+    model = saved_model(tmp_path / "model", cell="gru", rho=2)
+    plot = tmp_path / "wer.png"
+    code = main(["tune", "--model", str(model), "--refs", str(refs_file), "--score-weights", "decoder=0.6",
+                 "--lm-weights", "0:1:0.5", "--old-lm-weights", "0,1", "--unk-penalties", "0,-5", "--mbr",
+                 "--plot", str(plot), "--json", str(nbest_file)])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["best"]) >= {"lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "wer"}
+    assert len(report["grid"]) == 3 * 2 * 1 * 2 and report["utterances"] == 12
+    assert report["score_weights"] == {"decoder": 0.6}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    lists, refs = dev_set(3)
+    nbest_file = tmp_path / "dev.json"
+    nbest_file.write_text(json.dumps([nbest_to_json(n) for n in lists]))
+    refs_file = tmp_path / "text"
+    refs_file.write_text("utt0 the cat\n")  # utt1, utt2 have no reference
+    model = saved_model(tmp_path / "model", cell="gru", rho=2)
+    assert main(["tune", "--model", str(model), "--refs", str(refs_file), str(nbest_file)]) == 2
+    assert "utt1" in capsys.readouterr().err
+    assert main(["tune", "--model", str(model), "--refs", str(refs_file), "--lm-weights", "a,b",
+                 str(nbest_file)]) == 2
+    assert "--lm-weights" in capsys.readouterr().err
