@@ -180,7 +180,51 @@ def load(results: Path) -> list[str]:
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
 
 
-SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, rescoring, load)
+def wer(results: Path) -> list[str]:
+    lines = ["## Word error rate of n-best rescoring, LibriSpeech dev (`python -m bench.wer`)", ""]
+    data = _load(results / "wer_librispeech.json")
+    if not data:
+        return [*lines, "Not run yet.", ""]
+    sets = list(data["sets"])
+    lines += [f"{_where(data)}. AFP model `{data['afp_model']}` ({data['afp']['name']}, valid ppl "
+              f"{data['afp']['training'].get('best_valid_ppl', float('nan')):.2f}); baseline "
+              f"`{data.get('baseline_model')}`. Named weights {data['score_weights']}; each system tuned on one dev "
+              "set and applied to the other. Plot `wer_librispeech.png`.", ""]
+    rows = [["first pass", *(data["sets"][s]["first_pass_wer"] for s in sets)],
+            ["oracle (30-best)", *(data["sets"][s]["oracle_wer"] for s in sets)]]
+    for label, system in data["systems"].items():
+        results_ = system["results"]
+        rows.append([label, *(next(v["wer"] for k, v in results_.items() if k.startswith(s) and "tuned on" in k)
+                              for s in sets)])
+    lines += _table(["system (WER %, tuned on the other set)", *sets], rows)
+    speed_rows = []
+    for s in sets:
+        sp = data["speed"][s]
+        speed_rows.append([s, sp["tokens"], sp["afp_distinct_contexts"], sp["contexts_per_token"],
+                           sp["afp_engine_tokens_per_s"], sp["afp_merged_tokens_per_s"],
+                           sp.get("rnn_tokens_per_s", "not run"), sp.get("rnn_over_afp_merged", "not run")])
+    lines += _table(["set", "tokens", "AFP distinct contexts", "contexts/token", "AFP engine tokens/s",
+                     "AFP merged tokens/s", "full-RNN tokens/s", "full-RNN time / AFP merged time"], speed_rows)
+    return lines
+
+
+def conversational(results: Path) -> list[str]:
+    lines = ["## Conversational models on every validation set (`python -m bench.conversational_eval`)", ""]
+    data = _load(results / "conversational_eval.json")
+    if not data:
+        return [*lines, "Not run yet.", ""]
+    models = list(data["models"])
+    lines += [f"{_where(data)}. Shared-vocabulary perplexity counts only the tokens every model knows "
+              f"({data['shared_vocabulary']} words) and `</s>`, the same tokens for every model.", ""]
+    rows = []
+    for set_name, row in data["sets"].items():
+        for m in models:
+            r = row[m]
+            rows.append([set_name, m, r["shared_vocab_ppl"], r["ppl"], f"{100 * r['oov_rate']:.2f}%"])
+    return [*lines, *_table(["set", "model", "shared-vocabulary ppl", "own ppl", "OOV rate"], rows)]
+
+
+SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, rescoring, load, wer, conversational)
 
 
 def render(results: Path = RESULTS) -> str:

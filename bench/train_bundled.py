@@ -33,25 +33,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         # switchboard + meetings + conversational-text (2.7M words), concatenated in this order
         "train": [SHARED_DATA / name / "train.txt" for name in CONVERSATIONAL],
         "valid": [SHARED_DATA / name / "valid.txt" for name in CONVERSATIONAL],
-        "epochs": 12,
+        "epochs": 8,
         "max_rho": 5,
+        "store_dtype": "bfloat16",
         "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
         "licence": ("Switchboard (SwDA transcripts): CC BY-NC-SA 3.0, research use, the model inherits the "
                     "non-commercial term; AMI and ICSI meeting transcripts (QMSum release): CC BY 4.0, QMSum MIT; "
                     "conversational-text: Mikolov rnnlm toolkit example data, BSD-style"),
+        # the sweep: 2 epochs each (--epochs 2), then the best continues to the preset's epochs
         "candidates": {
-            **{f"gru-h384-rho{r}": {"cell": "gru", "hidden": 384, "mode": "afp", "rho": r, "dropout": 0.25,
-                                    "tie_weights": True} for r in (3, 4, 5)},
-            "lstm-h384-rho4": {"cell": "lstm", "hidden": 384, "mode": "afp", "rho": 4, "dropout": 0.25,
-                               "tie_weights": True},
-            "gru-h256-rho4": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": 4, "dropout": 0.25,
-                              "tie_weights": True},
+            **{f"gru-h256-rho{r}": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": r, "dropout": 0.2,
+                                    "softmax": "adaptive"} for r in (3, 4, 5)},
+            "lstm-h256-rho4": {"cell": "lstm", "hidden": 256, "mode": "afp", "rho": 4, "dropout": 0.2,
+                               "softmax": "adaptive"},
+            "gru-h512-rho4": {"cell": "gru", "hidden": 512, "mode": "afp", "rho": 4, "dropout": 0.3,
+                              "softmax": "adaptive"},
         },
     },
     "librispeech": {
         "train": SHARED_DATA / "books" / "train.txt",
         "valid": SHARED_DATA / "books" / "valid.txt",
-        "epochs": 4,
+        "epochs": 3,
         "max_rho": 6,
         "store_dtype": "bfloat16",
         "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
@@ -203,19 +205,22 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=RESULTS / "bundled",
                         help="where the run directories live (weights, resume state)")
     parser.add_argument("--no-install", action="store_true", help="train and report, do not copy to models/")
+    parser.add_argument("--epochs", type=int, help="train each candidate to at most this many epochs now (a sweep's "
+                                                   "short runs; run again without it to go on)")
     args = parser.parse_args()
 
     preset = PRESETS[args.preset]
     train_file, valid_file = corpus_file(args.preset, "train", args.runs), corpus_file(args.preset, "valid", args.runs)
     options = {**COMMON_TRAIN, **preset.get("train_options", {}), "epochs": preset["epochs"]}
+    epochs_now = min(args.epochs or preset["epochs"], preset["epochs"])
     out = args.runs / args.preset
     record_dir = RESULTS / "bundled" / args.preset
     for name in args.only or list(preset["candidates"]):
         fields = {k: v for k, v in preset["candidates"][name].items() if k != "baseline"}
-        if len(read_metrics(out / name)) >= preset["epochs"]:
+        if len(read_metrics(out / name)) >= epochs_now:
             continue
         cfg = TrainConfig(train=str(train_file), valid=str(valid_file), device=args.device,
-                          num_threads=args.threads, **options)
+                          num_threads=args.threads, **{**options, "epochs": epochs_now})
         print(f"{name}: training {fields}", flush=True)
 
         def keep(metrics: dict[str, Any], name: str = name) -> None:  # commit-able progress record

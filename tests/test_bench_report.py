@@ -15,7 +15,7 @@ def _write(path, data):
 
 def test_empty_results_say_not_run(tmp_path):
     text = render(tmp_path)
-    assert text.count("Not run yet.") == 5
+    assert text.count("Not run yet.") == 7
 
 
 def test_tables_carry_the_measured_values_and_mark_incomplete_runs(tmp_path):
@@ -36,7 +36,7 @@ def test_tables_carry_the_measured_values_and_mark_incomplete_runs(tmp_path):
     assert "| afp-fpi | 170.50 (afp-fpi-rho3, some runs incomplete) | 129.4 |" in text
     assert "### cuda: NVIDIA H100" in text
     assert "| AFP-2 FPI\\|θ | 2.50 | 0.25 |" in text  # a "|" in a name does not break the table
-    assert text.count("Not run yet.") == 3
+    assert text.count("Not run yet.") == 5
 
 
 def test_committed_readme_matches_committed_json():
@@ -85,3 +85,26 @@ def test_epoch_timing_with_two_precisions_also_compares_within_each(tmp_path):
     assert "training precisions fp32, bf16" in text
     assert "| AFP-2 FPI | 9.00 | 0.90 | 0.90 |" in text
     assert "| AFP-2 FPI bf16 | 6.00 | 0.60 | 0.75 |" in text  # 6 / 8: against exact BPTT in bf16
+
+
+def test_wer_and_conversational_sections(tmp_path):
+    sets = {s: {"first_pass_wer": fp, "oracle_wer": o} for s, fp, o in (("dev_clean", 1.7, 0.59),
+                                                                           ("dev_other", 3.61, 1.76))}
+    speed = {s: {"tokens": 1000, "afp_distinct_contexts": 150, "contexts_per_token": 0.15,
+                 "afp_engine_tokens_per_s": 9000.0, "afp_merged_tokens_per_s": 12000.0} for s in sets}
+    systems = {"afp+lm": {"results": {"dev_clean (tuned on dev_other)": {"wer": 1.61},
+                                      "dev_clean (own best)": {"wer": 1.6},
+                                      "dev_other (tuned on dev_clean)": {"wer": 3.42}}}}
+    _write(tmp_path / "wer_librispeech.json", {
+        "environment": {"threads": 2, "torch": "2.x"}, "afp_model": "models/librispeech",
+        "afp": {"name": "AFP-4 gru 1x256", "training": {"best_valid_ppl": 150.0}}, "baseline_model": None,
+        "score_weights": {"decoder": 0.6, "ctc": 0.4}, "sets": sets, "speed": speed, "systems": systems})
+    _write(tmp_path / "conversational_eval.json", {
+        "environment": {"threads": 2}, "models": {"old": {}, "new": {}}, "shared_vocabulary": 3000,
+        "sets": {"switchboard": {"old": {"ppl": 90.0, "oov_rate": 0.1, "shared_vocab_ppl": 200.0},
+                                 "new": {"ppl": 80.0, "oov_rate": 0.01, "shared_vocab_ppl": 120.0}}}})
+    text = render(tmp_path)
+    assert "| first pass | 1.70 | 3.61 |" in text and "| afp+lm | 1.61 | 3.42 |" in text
+    assert "| dev_clean | 1000 | 150 | 0.15 | 9000.00 | 12000.00 | not run | not run |" in text
+    assert "| switchboard | new | 120.00 | 80.00 | 1.00% |" in text
+    assert text.count("Not run yet.") == 5

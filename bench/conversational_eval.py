@@ -1,0 +1,69 @@
+"""Compare conversational models on every conversational validation set, fairly.
+
+  python -m bench.conversational_eval models/conversational-small models/conversational
+
+Models with different vocabularies cannot be compared by their own perplexities (a small
+vocabulary maps more words to ``<unk>``, whose probability is high, and looks better). Besides
+each model's own perplexity and OOV rate, this reports a *shared-vocabulary* perplexity: only
+tokens whose word every compared model knows (and ``</s>``) are counted, the same tokens for
+every model; the other words still stand in the histories, as each model sees them.
+
+Writes ``bench/results/conversational_eval.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import RESULTS, SHARED_DATA, environment, write_json
+
+SETS = {"switchboard": "switchboard/valid.txt", "meetings": "meetings/valid.txt",
+        "conversational-text": "conversational-text/valid.txt"}
+
+
+def evaluate(models: list[Path], threads: int) -> dict[str, Any]:
+    from lm.checkpoint import load_checkpoint
+    from lm.corpus import encode, load_corpus
+    from lm.evaluate import score_corpus
+
+    torch.set_num_threads(threads)
+    loaded = {str(m): load_checkpoint(m) for m in models}
+    shared = set.intersection(*({w for w in m.vocab.words if w} for m in loaded.values()))
+    report: dict[str, Any] = {"models": {name: m.info() for name, m in loaded.items()},
+                              "shared_vocabulary": len(shared), "sets": {}, "environment": environment()}
+    for set_name, relative in SETS.items():
+        path = SHARED_DATA / relative
+        if not path.is_file():
+            raise SystemExit(f"{path} is missing: this needs ../shared/data")
+        sentences = load_corpus(path)
+        counted = [[w in shared for w in s] + [True] for s in sentences]
+        shared_tokens = sum(sum(c) for c in counted)
+        total_tokens = sum(len(s) + 1 for s in sentences)
+        row: dict[str, Any] = {"sentences": len(sentences), "tokens": total_tokens, "shared_tokens": shared_tokens}
+        for name, m in loaded.items():
+            scored = score_corpus(m.model, encode(sentences, m.vocab))
+            logprob = sum(float(lp[torch.tensor(c)].sum()) for lp, c in zip(scored.token_logprobs, counted))
+            row[name] = {"ppl": scored.ppl, "oov": scored.oov, "oov_rate": scored.oov / total_tokens,
+                         "shared_vocab_ppl": math.exp(-logprob / shared_tokens)}
+        report["sets"][set_name] = row
+        print(set_name, {k: v for k, v in row.items()}, flush=True)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS / "conversational_eval.json")
+    args = parser.parse_args()
+    write_json(args.out, evaluate(args.models, args.threads))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
