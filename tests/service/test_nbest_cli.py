@@ -1,0 +1,123 @@
+"""``afp rescore`` on n-best lists: ESPnet directories, exactness against ``afp score``, first pass, warnings."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+from tests.factories import SHARED_DATA, WORDS, saved_model
+
+ESPNET = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
+
+
+@pytest.fixture()
+def model_dir(tmp_path):
+    return saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+
+
+def write_espnet(directory: Path, lists: dict[str, list[tuple[str, dict[str, float]]]]) -> Path:
+    """An ESPnet decode directory: kbest_recog/{text,score,scores}."""
+    depth = max(len(h) for h in lists.values())
+    for k in range(1, depth + 1):
+        folder = directory / f"{k}best_recog"
+        folder.mkdir(parents=True)
+        rows = [(key, hyps[k - 1]) for key, hyps in lists.items() if len(hyps) >= k]
+        (folder / "text").write_text("".join(f"{key} {words}\n" for key, (words, _) in rows))
+        (folder / "score").write_text("".join(f"{key} tensor({sum(s.values()):.4f})\n" for key, (_, s) in rows))
+        (folder / "scores").write_text("".join(
+            f"{key} {json.dumps({n: f'tensor({v:.4f})' for n, v in s.items()})}\n" for key, (_, s) in rows))
+    return directory
+
+
+def random_lists(count: int, seed: int = 0) -> dict[str, list[tuple[str, dict[str, float]]]]:
+    rng = random.Random(seed)
+    out = {}
+    for u in range(count):
+        base = [rng.choice(WORDS) for _ in range(rng.randint(1, 6))]
+        hyps = []
+        for _ in range(rng.randint(1, 5)):
+            words = list(base)
+            if rng.random() < 0.7:
+                words[rng.randrange(len(words))] = rng.choice([*WORDS, "zebra"])
+            hyps.append((" ".join(words), {"decoder": -rng.uniform(0, 5), "ctc": -rng.uniform(0, 5),
+                                           "lm": -rng.uniform(5, 20)}))
+        out[f"spk-utt{u:02d}"] = hyps
+    return out
+
+
+def run(capsys, argv, status=0):
+    assert main(argv) == status
+    captured = capsys.readouterr()
+    return [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")], captured
+
+
+def scores_of(capsys, model_dir, tmp_path, sentences):
+    text = tmp_path / "sentences.txt"
+    text.write_text("".join(" ".join(s) + "\n" for s in sentences))
+    rows, _ = run(capsys, ["score", "--model", str(model_dir), "--text", str(text), "--json"])
+    return [r["logprob"] for r in rows]
+
+
+def test_every_hypothesis_lm_logprob_is_afp_score(capsys, tmp_path, model_dir):
+    directory = write_espnet(tmp_path / "decode", random_lists(15))
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "10",
+                           "--score-weights", "decoder=0.6,ctc=0.4", str(directory)])
+    assert len(rows) == 15
+    hyps = [h for r in rows for h in r["nbest"]]
+    expected = scores_of(capsys, model_dir, tmp_path, [h["words"] for h in hyps])
+    assert [h["lm_logprob"] for h in hyps] == pytest.approx(expected, abs=1e-4)
+    assert all(set(h["scores"]) == {"decoder", "ctc", "lm"} for h in hyps)
+
+
+def test_show_first_pass_marks_changes(capsys, tmp_path, model_dir):
+    lists = {"u1": [("the cat sat", {"lm": -1.0}), ("the cat ran", {"lm": -50.0})],
+             "u2": [("a dog", {"lm": -1.0})]}
+    directory = write_espnet(tmp_path / "decode", lists)
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--format", "espnet-nbest",
+                               "--old-lm-weight", "1", "--lm-weight", "0", "--show-first-pass", str(directory)])
+    assert captured.out.splitlines() == ["u1 the cat sat", "=u1 the cat sat", "u2 a dog", "=u2 a dog"]
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--old-lm-weight", "-1", "--lm-weight", "0",
+                               "--show-first-pass", str(directory)])
+    assert captured.out.splitlines()[:2] == ["u1 the cat ran", "*u1 the cat sat"]
+
+
+def test_mostly_unknown_words_warn_once_per_job(capsys, tmp_path, model_dir):
+    lists = {f"u{i}": [("THE CAT SAT", {"lm": -1.0})] for i in range(3)}
+    directory = write_espnet(tmp_path / "decode", lists)
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(directory)])
+    assert captured.err.count("afp: warning:") == 1 and "not in the model's vocabulary" in captured.err
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(write_espnet(
+        tmp_path / "lower", {"u": [("the cat sat", {"lm": -1.0})]}))])
+    assert "warning" not in captured.err
+
+
+def test_unknown_score_name_is_one_line(capsys, tmp_path, model_dir):
+    directory = write_espnet(tmp_path / "decode", random_lists(2))
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--score-weights", "acustic=1",
+                               str(directory)], status=2)
+    assert "no score named acustic" in captured.err and "Traceback" not in captured.err
+
+
+@pytest.mark.skipif(not ESPNET.is_dir(), reason="../shared/data/nbest is absent")
+def test_real_espnet_lists_are_exact(capsys, tmp_path, model_dir):
+    """The first 8 utterances of the real dev_clean lists: lm_logprob equals afp score (every hypothesis)."""
+    subset = tmp_path / "dev_clean"
+    for k in range(1, 31):
+        folder = subset / f"{k}best_recog"
+        folder.mkdir(parents=True)
+        for name in ("text", "score", "scores"):
+            lines = (ESPNET / f"{k}best_recog" / name).read_text().splitlines()[:8]
+            (folder / name).write_text("\n".join(lines) + "\n")
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "30",
+                           "--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.6", "--lm-weight", "0",
+                           str(subset)])
+    assert len(rows) == 8
+    assert rows[0]["first_pass"]["words"] == (ESPNET / "1best_recog" / "text").read_text().split("\n")[0].split()[1:]
+    hyps = [h for r in rows for h in r["nbest"]]
+    assert len(hyps) > 8  # distinct word sequences of 30-best lists
+    expected = scores_of(capsys, model_dir, tmp_path, [h["words"] for h in hyps])
+    assert [h["lm_logprob"] for h in hyps] == pytest.approx(expected, abs=1e-3)
