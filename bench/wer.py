@@ -40,6 +40,7 @@ LM_WEIGHTS = tuple(round(0.1 * i, 2) for i in range(0, 13))
 OLD_LM_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 WORD_PENALTIES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 UNK_PENALTIES = (0.0, -2.0, -5.0, -10.0)
+MBR_SCALES = (0.5, 1.0, 2.0)
 
 
 def load_set(name: str, limit: int | None) -> tuple[list[Any], dict[str, list[str]]]:
@@ -76,9 +77,17 @@ def grid_points(old_weights: tuple[float, ...]) -> list[dict[str, float]]:
 
 
 def cross_tune(tuners: dict[str, Any], old_weights: tuple[float, ...], mbr: bool) -> dict[str, Any]:
-    """Tune on each set, apply to the other: per set its WER at its own best point and at the other's."""
+    """Tune on each set, apply to the other: per set its WER at its own best point and at the other's.
+    MBR tunes its posterior scale too (:data:`MBR_SCALES`)."""
+    import numpy
+
     points = grid_points(old_weights)
-    errors = {s: t.evaluate(points, mbr=mbr) for s, t in tuners.items()}
+    if mbr:
+        points = [{**p, "mbr_scale": scale} for scale in MBR_SCALES for p in points]
+        errors = {s: numpy.concatenate([t.evaluate(points[:len(points) // len(MBR_SCALES)], mbr=True, mbr_scale=x)
+                                        for x in MBR_SCALES]) for s, t in tuners.items()}
+    else:
+        errors = {s: t.evaluate(points) for s, t in tuners.items()}
     refs = {s: t.first_pass().ref_words for s, t in tuners.items()}
     best = {s: int(errors[s].argmin()) for s in tuners}
     out: dict[str, Any] = {}
@@ -94,7 +103,8 @@ def cross_tune(tuners: dict[str, Any], old_weights: tuple[float, ...], mbr: bool
     for s in tuners:  # WER against the LM weight at the set's best other weights
         b = points[best[s]]
         curves[s] = [(p["lm_weight"], 100.0 * int(e) / refs[s]) for p, e in zip(points, errors[s])
-                     if all(p[k] == b[k] for k in ("old_lm_weight", "word_penalty", "unk_penalty"))]
+                     if all(p.get(k) == b.get(k) for k in ("old_lm_weight", "word_penalty", "unk_penalty",
+                                                           "mbr_scale"))]
     return {"results": out, "curves": curves}
 
 
@@ -127,7 +137,8 @@ def main() -> None:
                               "baseline_model": str(args.baseline) if rnn else None,
                               "score_weights": dict(SCORE_WEIGHTS), "mbr_scale": args.mbr_scale,
                               "grid": {"lm_weights": LM_WEIGHTS, "old_lm_weights": OLD_LM_WEIGHTS,
-                                       "word_penalties": WORD_PENALTIES, "unk_penalties": UNK_PENALTIES},
+                                       "word_penalties": WORD_PENALTIES, "unk_penalties": UNK_PENALTIES,
+                                       "mbr_scales": MBR_SCALES},
                               "sets": {}, "speed": {}}
     afp_tuners, rnn_tuners = {}, {}
     for name, (lists, refs) in data.items():

@@ -174,8 +174,9 @@ class Lattice:
         """Check the structure; raise :class:`LatticeFormatError` naming the problem. Returns self.
 
         Checked: shapes and dtypes agree; state ids in range; at least one final state, each once;
-        ``scores`` and ``final_scores`` have the same names and lengths ``A`` and ``F``; weights finite; word ids inside ``symbols``; no cycles; every state reachable from the
-        start and able to reach a final state (no unreachable or dead states).
+        ``scores`` and ``final_scores`` have the same names and lengths ``A`` and ``F``; weights
+        finite; word ids inside ``symbols``; no cycles; every state reachable from the start and
+        able to reach a final state (no unreachable or dead states).
         """
         def fail(message: str, field: str | None = None) -> None:
             raise LatticeFormatError(message, key=self.key, field=field)

@@ -187,10 +187,20 @@ class Tuner:
                 out[i].append(words)
         return out
 
-    def evaluate(self, points: Sequence[dict[str, float]], mbr: bool = False) -> numpy.ndarray:
-        """Word errors of each grid point summed over the corpus, int ``(P,)`` (Viterbi, or MBR)."""
+    def evaluate(self, points: Sequence[dict[str, float]], mbr: bool = False,
+                 mbr_scale: float | None = None) -> numpy.ndarray:
+        """Word errors of each grid point summed over the corpus, int ``(P,)`` (Viterbi, or MBR
+        with posteriors ``softmax(mbr_scale * total)``, default the options' scale)."""
         if not self.utterances:
             raise ValueError("no utterance to tune on")
+        if mbr_scale is not None and mbr_scale != self.options.mbr_scale:
+            import dataclasses
+
+            previous, self.options = self.options, dataclasses.replace(self.options, mbr_scale=mbr_scale)
+            try:
+                return self.evaluate(points, mbr)
+            finally:
+                self.options = previous
         totals = numpy.zeros(len(points), dtype=numpy.int64)
         vectors = self._vectors(points)
         for utt in self.utterances:

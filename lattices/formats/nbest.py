@@ -323,7 +323,9 @@ def looks_like_srilm_nbest(lines: list[str]) -> bool:
             return False
         if all(s.isdigit() for s in fields[:2]):  # OpenFst arcs start with two state ids
             return False
-        if int(fields[2]) not in (len(fields) - 3, len(_strip_boundaries(fields[3:]))) or not all(map(math.isfinite, scores)):
+        if not all(map(math.isfinite, scores)):
+            return False
+        if int(fields[2]) not in (len(fields) - 3, len(_strip_boundaries(fields[3:]))):
             return False
     return True
 

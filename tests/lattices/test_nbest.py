@@ -26,7 +26,7 @@ from lattices.formats.nbest import (
     read_srilm_nbest,
 )
 from lattices.lattice import Lattice, LatticeFormatError
-from tests.factories import SHARED_DATA
+from tests.factories import DEVICES, SHARED_DATA
 
 ESPNET_DIR = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
 
@@ -102,7 +102,8 @@ def test_scores_only_on_epsilon_arcs_and_zero_elsewhere() -> None:
     for name, (per_arc, per_final) in lattice.named_scores().items():
         assert per_arc.dtype == torch.float64 and per_arc.shape == (lattice.num_arcs,)
         assert bool((per_arc[word_arcs] == 0).all()) and bool((per_final == 0).all()), name
-    assert sorted(lattice.scores["decoder"][~word_arcs].tolist()) == sorted(h.scores["decoder"] for h in EXAMPLE.hypotheses)
+    on_epsilons = sorted(lattice.scores["decoder"][~word_arcs].tolist())
+    assert on_epsilons == sorted(h.scores["decoder"] for h in EXAMPLE.hypotheses)
     for tensor in (lattice.acoustic, lattice.graph, lattice.final_acoustic, lattice.final_graph):
         assert bool((tensor == 0).all())
 
@@ -142,6 +143,13 @@ def test_named_scores_survive_subset_and_device() -> None:
     assert set(pruned.final_scores) == {"decoder", "lm"} and pruned.final_scores["lm"].shape == (2,)
     assert pruned.validate() is pruned
     assert lattice.to("cpu") is lattice
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_named_scores_move_with_the_lattice(device: str) -> None:
+    moved = nbest_to_lattice(EXAMPLE).to(device)
+    assert {t.device.type for t in (*moved.scores.values(), *moved.final_scores.values())} == {device}
+    assert moved.validate() is moved and moved.named_scores()["lm"][0].device.type == device
 
 
 def test_validate_checks_named_score_shapes_and_finiteness() -> None:
@@ -190,10 +198,12 @@ NBEST2 = ("NBestList2.0\n"
 
 def test_srilm_nbest2_word_scores_and_subword_units() -> None:
     first, second = read_srilm_nbest(NBEST2, key="u").hypotheses
-    # words <s> HELLO WORLD </s> (HH and AH lie inside HELLO): a = -1400, g = -1600 bytelog
+    # words <s> HELLO WORLD </s> (HH and AH lie inside HELLO): a = -1400, g = -1600 bytelog;
+    # -1400 * 1024 / 10000.5 = -143.352832..., -1600 * 1024 / 10000.5 = -163.831808...,
+    # -1024 * 1024 / 10000.5 = -104.852357...
     assert first.words == ("HELLO", "WORLD")
     assert first.scores == pytest.approx({"acoustic": -143.35283235838208, "lm": -163.8318084095795}, rel=1e-12)
-    assert second.scores == pytest.approx({"acoustic": -104.85475726213689, "lm": -104.85475726213689}, rel=1e-12)
+    assert second.scores == pytest.approx({"acoustic": -104.85235738213089, "lm": -104.85235738213089}, rel=1e-12)
     assert BYTELOG_TO_LN == 1024 / 10000.5
 
 
@@ -258,7 +268,8 @@ def test_espnet_without_scores_file_uses_the_total(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "file", "line", "words"), [
-    ({4: {"text": "u1 A\n", "score": "u1 1\n", "scores": 'u1 {"decoder": 1, "ctc": 1}\n'}}, None, None, "3best_recog is missing"),
+    ({4: {"text": "u1 A\n", "score": "u1 1\n", "scores": 'u1 {"decoder": 1, "ctc": 1}\n'}}, None, None,
+     "3best_recog is missing"),
     ({1: {"text": "u1 A\nu1 B\n"}}, "1best_recog/text", 2, "twice"),
     ({1: {"scores": 'u1 {"decoder": "tensor(abc)", "ctc": 1}\nu2 {"decoder": 1, "ctc": 1}\nu3 {"decoder": 1, "ctc": 1}\n'}},
      "1best_recog/scores", 1, "not a number"),
