@@ -18,14 +18,22 @@ for n-grams starting with ``<s>``, otherwise the number of distinct words seen b
 (the continuation count), the three discounts per order come from the count-of-counts of
 ``a_n``, and ``p_0`` is uniform over the predictable words. A context never seen at order ``n``
 passes ``p_{n-1}`` through. Every ``p_n(. | h)`` sums to one.
+
+:func:`write_arpa` writes the model in back-off ARPA form (read back by :mod:`lm.ngram`) that
+gives exactly the same probabilities: each stored n-gram ``h w`` gets ``p_n(w | h)`` and each
+context ``h`` seen at order ``n`` the back-off weight ``gamma_n(h)``, because for a word never
+seen after ``h`` the discounted term is zero and ``p_n(w | h) = gamma_n(h) p_{n-1}(w | h')``.
 """
 
 from __future__ import annotations
 
+import gzip
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 Gram = tuple[int, ...]
 
@@ -99,7 +107,7 @@ class KneserNey:
 
     def prob(self, history: Sequence[int], word: int) -> float:
         """``p(word | history)``; only the last ``order - 1`` ids of ``history`` matter."""
-        history = tuple(history[len(history) - self.order + 1:] if self.order > 1 else ())
+        history = tuple(history[max(0, len(history) - self.order + 1):] if self.order > 1 else ())
         p = 1.0 / self.num_words
         for n, level in enumerate(self.orders, start=1):
             if len(history) < n - 1:
@@ -124,3 +132,53 @@ class KneserNey:
             total += self.logprob(sentence)
             tokens += len(sentence) - 1
         return math.exp(-total / tokens)
+
+
+class _Words(Protocol):
+    """What :func:`write_arpa` needs of a vocabulary (:class:`lm.vocab.Vocabulary` has it)."""
+
+    words: tuple[str, ...]
+
+    @property
+    def bos_id(self) -> int: ...
+
+    def predictable_mask(self) -> list[bool]: ...
+
+
+def write_arpa(model: KneserNey, vocab: _Words, path: str | Path) -> None:
+    """Write ``model`` as a back-off ARPA file (gzip-compressed when ``path`` ends in ``.gz``).
+
+    The unigrams are every predictable word of ``vocab`` (seen or not, each with its interpolated
+    ``p_1``) and ``<s>`` (log10 prob ``-99``); the n-grams of order ``n >= 2`` are the ones the model
+    stores, with their interpolated ``p_n(w | h)``. An n-gram that is a context of order ``n + 1``
+    carries ``log10 gamma_{n+1}(h)`` as its back-off weight; others carry none (weight 1), which is
+    KN's pass-through of a context never seen at that order. Back-off look-up of this file then
+    reproduces :meth:`KneserNey.prob` for every word and history. ``vocab`` must be the one the
+    model was fit with (its predictable words number ``model.num_words``).
+    """
+    predictable = [i for i, ok in enumerate(vocab.predictable_mask()) if ok]
+    if len(predictable) != model.num_words:
+        raise ValueError(f"the vocabulary has {len(predictable)} predictable words, the model was fit with "
+                         f"{model.num_words}")
+    bos = vocab.bos_id
+
+    def backoff(gram: Gram) -> str:
+        if len(gram) >= model.order:
+            return ""
+        level = model.orders[len(gram)]
+        total = level.totals.get(gram)
+        return f"\t{math.log10(level.backoff_mass[gram] / total):.10g}" if total else ""
+
+    def entry(logprob: float, gram: Gram) -> str:
+        return f"{logprob:.10g}\t{' '.join(vocab.words[i] for i in gram)}{backoff(gram)}\n"
+
+    sections = [[entry(-99.0, (bos,))] + [entry(math.log10(model.prob((), i)), (i,)) for i in predictable]]
+    for level in model.orders[1:]:
+        sections.append([entry(math.log10(model.prob(gram[:-1], gram[-1])), gram) for gram in sorted(level.counts)])
+    parts = ["\\data\\\n", *(f"ngram {n}={len(lines)}\n" for n, lines in enumerate(sections, 1))]
+    for n, lines in enumerate(sections, 1):
+        parts += [f"\n\\{n}-grams:\n", *lines]
+    parts.append("\n\\end\\\n")
+    text = "".join(parts).encode("utf-8")
+    path = Path(path)
+    path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
