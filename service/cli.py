@@ -36,6 +36,10 @@ _HELP = {
     "mode": "exact (full recurrence, BPTT) or afp (rho fixed-point iterations)",
     "rho": "AFP iterations = tokens of context", "order": "n of an ffnn n-gram model",
     "tie_weights": "share embedding and output weights", "dropout": "dropout on embeddings and output features",
+    "softmax": "full, or adaptive (a head of frequent words plus low-rank tail clusters: much faster for large "
+               "vocabularies, still exact)",
+    "cutoffs": "adaptive softmax cluster boundaries, e.g. 2000,10000 (default: by vocabulary size)",
+    "div_value": "adaptive softmax: each tail cluster's projection is this many times narrower",
     "train": "training text (one sentence per line) or lhotse cuts/supervisions manifest",
     "valid": "validation text, for the best-checkpoint choice", "words_txt": "read the vocabulary from a Kaldi words.txt",
     "max_vocab": "keep at most this many words", "min_count": "drop rarer words to <unk>",
@@ -141,7 +145,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if "train" not in train_fields:
         raise CLIError("give --train FILE (or 'train' in the config's 'train' section)")
     cfg = TrainConfig.from_dict(train_fields, where="training options")
-    ModelConfig.from_dict({**model_fields, "vocab_size": 4}, where="model options")  # fail before reading data
+    # fail before reading data (the vocabulary's size is checked against the options once it is known)
+    ModelConfig.from_dict({**model_fields, "vocab_size": 2**31 - 1}, where="model options")
     record = {"command": " ".join(["afp", *args.argv])}
     result = train(model_fields, cfg, args.out, resume=args.resume, record=record,
                    on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
@@ -228,6 +233,11 @@ def cmd_tune(args: argparse.Namespace) -> None:
         b = report["best_mbr"]
         print("best MBR: " + " ".join(f"--{k.replace('_', '-')} {b[k]:g}" for k in (
             "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f" --decode mbr  (WER {b['wer']:.2f}%)")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """``2000,10000`` -> ``(2000, 10000)`` (argparse reports a ValueError as a usage error)."""
+    return tuple(int(x) for x in text.split(",") if x.strip())
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
@@ -382,6 +392,9 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
         if base[0] is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
+        elif typing.get_origin(base[0]) is tuple:
+            parser.add_argument(flag, dest=f.name, type=_int_list, default=None, metavar="N,N,...",
+                                help=f"{help_text} (default: {f.default})".strip())
         else:
             parser.add_argument(flag, dest=f.name, type=base[0], default=None,
                                 help=f"{help_text} (default: {f.default})".strip())

@@ -110,3 +110,19 @@ def test_full_softmax_models_are_unchanged():
     targets = torch.randint(1, vocab.size, (5,))
     assert torch.allclose(model.target_log_probs(features, targets),
                           model.log_probs(features)[torch.arange(5), targets], atol=1e-6)
+
+
+def test_afp_train_flags_reach_the_config(tmp_path, capsys):
+    import json
+
+    from service.cli import main
+
+    sentences = patterned_sentences(40, seed=3)
+    train_file = write_text(tmp_path / "train.txt", sentences)
+    assert main(["train", "--train", str(train_file), "--out", str(tmp_path / "m"), "--cell", "gru",
+                 "--hidden", "16", "--rho", "2", "--softmax", "adaptive", "--cutoffs", "5,9", "--div-value", "2",
+                 "--epochs", "1"]) == 0
+    capsys.readouterr()
+    assert main(["info", "--model", str(tmp_path / "m"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["softmax"] == "adaptive" and info["cutoffs"] == [5, 9]
