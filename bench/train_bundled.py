@@ -24,6 +24,9 @@ from typing import Any
 
 from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, read_metrics, write_json
 
+#: largest relative change of validation perplexity that bfloat16 storage may cause
+BF16_TOLERANCE = 1e-3
+
 COMMON_TRAIN = {"batch_size": 20, "lr": 1e-3, "lr_decay": 0.5, "clip": 1.0, "init_range": 0.05, "seed": 1}
 
 CONVERSATIONAL = ("switchboard", "meetings", "conversational-text")
@@ -141,7 +144,8 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
     ]
     if stored.get("dtype") == "bfloat16":
         lines.append(f"- Weights stored as bfloat16 (loaded as float32); validation perplexity "
-                     f"{best['valid_ppl']:.2f} with the trained float32 weights at epoch {best['epoch']}.")
+                     f"{best['valid_ppl']:.2f} with the trained float32 weights at epoch {best['epoch']} "
+                     f"(relative change {stored['relative_ppl_change']:.1e}, within the {BF16_TOLERANCE:g} allowed).")
     lines += [
         f"- Best validation perplexity {stored['valid_ppl']:.2f} at epoch {best['epoch']} (this checkpoint, "
         f"as stored; {stored['tokens']} tokens, {stored['oov']} OOV words).",
@@ -179,10 +183,19 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
     (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     loaded = load_checkpoint(target)
     score = score_corpus(loaded.model, encode(load_corpus(valid_file), loaded.vocab))
-    stored = {"dtype": dtype, "valid_ppl": score.ppl, "tokens": score.tokens, "oov": score.oov}
+    change = abs(score.ppl / config["training"]["best_valid_ppl"] - 1.0)
+    if dtype == "bfloat16" and change > BF16_TOLERANCE:  # the bound: keep float32 weights instead
+        print(f"bfloat16 weights change the validation perplexity by {change:.2e}: storing float32")
+        shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
+        dtype, loaded = "float32", load_checkpoint(target)
+        score = score_corpus(loaded.model, encode(load_corpus(valid_file), loaded.vocab))
+        change = abs(score.ppl / config["training"]["best_valid_ppl"] - 1.0)
+    stored = {"dtype": dtype, "valid_ppl": score.ppl, "tokens": score.tokens, "oov": score.oov,
+              "relative_ppl_change": change}
     training = config["training"]
     training.update({"trained_valid_ppl": training["best_valid_ppl"], "best_valid_ppl": score.ppl,
-                     "stored_dtype": dtype, "data_licence": spec.get("licence"),
+                     "stored_dtype": dtype, "stored_relative_ppl_change": change,
+                     "data_licence": spec.get("licence"),
                      "train_sources": [_shared_name(p) for p in _sources(spec["train"])],
                      "valid_sources": [_shared_name(p) for p in _sources(spec["valid"])]})
     (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
