@@ -31,6 +31,7 @@ from torch import Tensor
 
 from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, word_map
 from lattices.lattice import Lattice, take_extra
+from lattices.ops import check_deadline
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, score_lattice
 from lattices.scorer import ContextScorer
 from lattices.search import Dag, k_best_distinct, segment_logsumexp
@@ -50,6 +51,8 @@ class RescoreOptions:
     :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits, instead of failing.
     ``deadline``: ``time.monotonic()`` seconds after which the work stops with
     :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
+    A hypothesis of an n-best list carries its ``rank`` in the list (1 = the recogniser's best);
+    equal scores are ordered by it.
     ``score_weights``: ``w_k`` of named scores (``{"decoder": 0.6, "ctc": 0.4}``); an
     ``acoustic_scale`` sets ``w_acoustic`` unless ``score_weights`` names it.
     ``old_lm_score``: the named score that is the old LM (default ``lm``, else ``graph``).
@@ -91,6 +94,8 @@ class RescoreOptions:
             raise ValueError(f"decode must be one of {DECODERS}, got {self.decode!r}")
         if self.mbr_nbest < 1:
             raise ValueError(f"mbr_nbest must be at least 1, got {self.mbr_nbest}")
+        if self.mbr_scale < 0:
+            raise ValueError(f"mbr_scale must not be negative, got {self.mbr_scale}")
         if not self.lm_weights:
             raise ValueError("lm_weights: give at least one weight")
         if self.nbest < 1:
@@ -137,10 +142,14 @@ class Hypothesis:
     arcs: list[int]
     scores: dict[str, float] = field(default_factory=dict)
     unk: int = 0
+    rank: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"words": self.words, "score": self.score, "acoustic": self.acoustic,
-                "lm_logprob": self.lm_logprob, "old_lm": self.old_lm, "scores": self.scores, "unk": self.unk}
+        out = {"words": self.words, "score": self.score, "acoustic": self.acoustic,
+               "lm_logprob": self.lm_logprob, "old_lm": self.old_lm, "scores": self.scores, "unk": self.unk}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
 
 
 @dataclass
@@ -179,14 +188,21 @@ class RescoreResult:
 
 
 def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: float,
-          skip: Iterable[str] = DEFAULT_SKIP, deadline: float | None = None) -> tuple[Lattice, dict[str, Any]]:
+          skip: Iterable[str] = DEFAULT_SKIP, deadline: float | None = None,
+          score_weights: tuple[tuple[str, float], ...] = ()) -> tuple[Lattice, dict[str, Any]]:
     """Keep the arcs on some path within ``beam`` of the best path under the lattice's own scores
-    (``acoustic_scale * acoustic + graph + word_penalty * words``, forward-backward Viterbi).
-    Returns the pruned lattice and a report of what was removed."""
+    (the first-pass combination of :mod:`lattices.scored`: every named score at its weight, the
+    old LM in full, and the word penalty), by forward-backward Viterbi. Returns the pruned
+    lattice and a report of what was removed."""
     is_word = (word_map(lattice.symbols, torch.zeros(len(lattice.symbols), dtype=torch.int64), skip) >= 0)
-    scores = acoustic_scale * lattice.acoustic + lattice.graph + word_penalty * is_word.to(lattice.device)[lattice.words]
-    dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, scores, lattice.finals,
-              acoustic_scale * lattice.final_acoustic + lattice.final_graph, lattice.levels, deadline)
+    weights = dict(score_weights)
+    scores = word_penalty * is_word.to(lattice.device)[lattice.words].to(torch.float64)
+    final_scores = torch.zeros(lattice.finals.shape[0], dtype=torch.float64, device=lattice.device)
+    for name, (arc, final) in lattice.named_scores().items():
+        weight = weights.get(name, acoustic_scale if name == "acoustic" else 1.0)
+        scores, final_scores = scores + weight * arc, final_scores + weight * final
+    dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, scores, lattice.finals, final_scores,
+              lattice.levels, deadline)
     through = dag.arc_best_scores()
     best = float(through.max()) if through.numel() else 0.0
     pruned = lattice.subset(through >= best - beam)
@@ -234,7 +250,7 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     pruned_report = None
     if options.prune_beam is not None:  # beam 0 keeps the best path(s) only
         lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words,
-                                       options.deadline)
+                                       options.deadline, options.score_weights)
     return score_lattice(lattice, scorer, old_lm=old_lm, old_lm_score=options.old_lm_score,
                          acoustic_scale=acoustic_scale, word_penalty=word_penalty, skip=options.skip_words,
                          max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report)
@@ -254,9 +270,18 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
         vector = scored.vector(weights)
         dag = dataclasses.replace(scored.dag(vector), deadline=options.deadline)
         count = max(options.nbest, options.mbr_nbest if options.decode == "mbr" else 1)
-        ranked = [_hypothesis(scored, arcs, score) for score, arcs in
-                  k_best_distinct(dag, labels, count, options.max_kbest_paths)]
-        best = ranked[0] if options.decode == "viterbi" else _mbr_best(ranked, options.mbr_scale)
+        is_nbest = "nbest" in lattice.meta and "hypothesis" in lattice.final_extra
+        found = k_best_distinct(dag, labels, max(count, int(lattice.meta["nbest"])) if is_nbest else count,
+                                options.max_kbest_paths)
+        ranked = [_hypothesis(scored, arcs, score) for score, arcs in found]
+        if is_nbest:  # every hypothesis was listed: order equal scores by the recogniser's rank
+            ranked = sorted(ranked, key=lambda h: (-h.score, h.rank))[:count]
+        if options.decode == "mbr":
+            check_deadline(options.deadline)
+            ranked_mbr = ranked[: options.mbr_nbest]
+            best = _mbr_best(ranked_mbr, options.mbr_scale)
+        else:
+            best = ranked[0]
         posteriors = None
         if options.posteriors:
             posteriors = segment_logsumexp(dag.arc_posteriors().log(), expansion.arc_orig, lattice.num_arcs).exp()
@@ -279,8 +304,10 @@ def first_pass_best(scored: ScoredLattice, weights: Weights, labels: Tensor) -> 
     lattice, expansion = scored.lattice, scored.expansion
     ranks = lattice.final_extra.get("hypothesis")
     vector = scored.vector(weights)
-    if ranks is not None and "nbest" in lattice.meta:
-        final = int((ranks.to(expansion.final_orig.device)[expansion.final_orig] == 0).nonzero()[0])
+    first = (ranks.to(expansion.final_orig.device)[expansion.final_orig] == 0).nonzero() if ranks is not None \
+        and "nbest" in lattice.meta else None
+    if first is not None and first.numel():  # (pruning may have removed it: then the search decides)
+        final = int(first[0])
         arcs = _path_to(expansion, int(expansion.finals[final]))
         score = float(scored.arc_parts[arcs].sum(0) @ vector + scored.final_parts[final] @ vector)
         return _hypothesis(scored, arcs, score)
@@ -314,9 +341,11 @@ def _hypothesis(scored: ScoredLattice, arcs: Tensor, score: float) -> Hypothesis
     named = {k: values[k] for k in scored.named}
     if scored.stats.get("old_lm_score") not in (None, "old-lm scorer"):
         named[scored.stats["old_lm_score"]] = values["old_lm"]
+    ranks = lattice.final_extra.get("hypothesis")
+    rank = int(ranks[int(expansion.final_orig[final])]) + 1 if ranks is not None else None
     return Hypothesis(words=words, score=score, acoustic=values.get("acoustic", 0.0), lm_logprob=values["new_lm"],
                       old_lm=values["old_lm"], arcs=expansion.arc_orig[arcs].tolist(), scores=named,
-                      unk=int(round(values["unk"])))
+                      unk=int(round(values["unk"])), rank=rank)
 
 
 def _mbr_best(ranked: list[Hypothesis], scale: float) -> Hypothesis:

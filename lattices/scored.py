@@ -74,6 +74,20 @@ class Weights:
     score_weights: Mapping[str, float] = field(default_factory=dict)
 
 
+def component_vector(names: tuple[str, ...], weights: Weights, default_acoustic_scale: float,
+                     where: str = "") -> Tensor:
+    """float64 ``(C,)``: the weight of each component ``names`` (named scores, then :data:`TAIL`)
+    under ``weights``; the one implementation of the combination rule of the module docstring."""
+    named_names = names[: -len(TAIL)]
+    unknown = sorted(set(weights.score_weights) - set(named_names))
+    if unknown:
+        raise ScoreNameError(f"{where}no score named {', '.join(unknown)}; the scores are "
+                             f"{', '.join(named_names) or 'none'} (and the old LM)", "score_weights")
+    named = [weights.score_weights.get(n, default_acoustic_scale if n == "acoustic" else 1.0) for n in named_names]
+    tail = [weights.old_lm_weight, weights.lm_weight, weights.lm_weight * weights.unk_penalty, weights.word_penalty]
+    return torch.tensor(named + tail, dtype=torch.float64)
+
+
 def old_lm_name(names: tuple[str, ...], requested: str | None, key: str = "") -> str | None:
     """Which named score is the old LM: ``requested``, else ``lm`` if present, else ``graph``."""
     if requested is not None:
@@ -119,15 +133,8 @@ class ScoredLattice:
 
     def vector(self, weights: Weights) -> Tensor:
         """float64 ``(C,)``: the weight of every component under ``weights``."""
-        unknown = sorted(set(weights.score_weights) - set(self.named))
-        if unknown:
-            raise ScoreNameError(f"lattice {self.lattice.key!r}: no score named {', '.join(unknown)}; its scores are "
-                                 f"{', '.join(self.named) or 'none'} (and the old LM)", "score_weights")
-        named = [weights.score_weights.get(name, self.default_acoustic_scale if name == "acoustic" else 1.0)
-                 for name in self.named]
-        tail = [weights.old_lm_weight, weights.lm_weight, weights.lm_weight * weights.unk_penalty,
-                weights.word_penalty]
-        return torch.tensor(named + tail, dtype=torch.float64, device=self.arc_parts.device)
+        return component_vector(self.names, weights, self.default_acoustic_scale,
+                                f"lattice {self.lattice.key!r}: ").to(self.arc_parts.device)
 
     def dag(self, vector: Tensor) -> Dag:
         """The expanded lattice as a :class:`Dag` with the totals under a weight ``vector``."""
@@ -238,7 +245,9 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
     known = known.to(device)
     is_word = expansion.arc_lm_word != PAD
     arc_symbol = lattice.words[orig]
-    is_unk = is_word & ~known[arc_symbol]
+    unk_id = getattr(scorer, "unk_id", None)
+    scored_as_unk = ~known if unk_id is None else (new_ids[:-1] == unk_id) | ~known
+    is_unk = is_word & scored_as_unk[arc_symbol]
     names = (*columns, *TAIL)
     arc_parts = torch.stack([*(c[0] for c in columns.values()), old_arc, new_arc, is_unk.to(torch.float64),
                              is_word.to(torch.float64)], dim=1)

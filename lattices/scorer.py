@@ -20,6 +20,10 @@ class ContextScorer(Protocol):
       context_size: tokens of history a prediction depends on (AFP's rho, an n-gram's n-1).
         ``None`` means unbounded: such a model cannot rescore a lattice exactly by expansion.
       bos_id, eos_id: ids of ``<s>`` and ``</s>``.
+
+    A scorer may also have ``unk_id``, the id it scores unknown words as; the engine then counts
+    a word as unknown (for ``unk_penalty``) when it maps to that id, a literal ``<unk>`` in the
+    input included. Without it, the words ``known`` says no to are counted.
     """
 
     context_size: int | None

@@ -123,11 +123,13 @@ class LanguageModel(nn.Module, ABC):
             parts.append(head[:, self.adaptive.shortlist_size + i, None] + self._adaptive_tail(i, features, lo, hi))
         return torch.cat(parts, dim=1).reshape(*shape, self.config.vocab_size)
 
-    def target_log_probs(self, features: Tensor, targets: Tensor) -> Tensor:
+    def target_log_probs(self, features: Tensor, targets: Tensor,
+                         max_elements: int | None = None) -> Tensor:
         """Log-probability of one target per row. ``features: (K, F)``, ``targets: int64 (K,)`` -> float32 ``(K,)``.
 
         Full softmax: a cross-entropy over the vocabulary. Adaptive softmax: the head for every row
-        and, for rows whose target lies in a tail cluster, that cluster's softmax only."""
+        and, for rows whose target lies in a tail cluster, that cluster's softmax only, at most
+        ``max_elements`` log-probabilities at a time (None: all rows at once, as training does)."""
         if self.adaptive is None:
             return -F.cross_entropy(self.logits(features).float(), targets, reduction="none")
         features = self.dropout(features)
@@ -136,11 +138,12 @@ class LanguageModel(nn.Module, ABC):
         out = head.gather(1, targets.clamp(max=shortlist - 1).unsqueeze(1)).squeeze(1)
         for i, (lo, hi) in enumerate(self._clusters()):
             rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                continue
-            tail = self._adaptive_tail(i, features[rows], lo, hi)
-            picked = tail.gather(1, (targets[rows] - lo).unsqueeze(1)).squeeze(1)
-            out = out.index_copy(0, rows, head[rows, shortlist + i] + picked)
+            step = rows.numel() if max_elements is None else max(1, max_elements // (hi - lo))
+            for first in range(0, rows.numel(), max(step, 1)):
+                part = rows[first:first + step]
+                tail = self._adaptive_tail(i, features[part], lo, hi)
+                picked = tail.gather(1, (targets[part] - lo).unsqueeze(1)).squeeze(1)
+                out = out.index_copy(0, part, head[part, shortlist + i] + picked)
         return out
 
     def _clusters(self) -> list[tuple[int, int]]:
@@ -224,14 +227,15 @@ class LanguageModel(nn.Module, ABC):
             else:  # targets of one chunk of contexts, a chunk's worth of rows at a time
                 for first in range(0, picked.shape[0], chunk):
                     part = picked[first:first + chunk]
-                    result[part] = self.target_log_probs(features[rows[first:first + chunk]], targets[part])
+                    result[part] = self.target_log_probs(features[rows[first:first + chunk]], targets[part],
+                                                         max_elements)
         return result
 
     def _adaptive_width(self) -> int:
-        """Largest number of log-probabilities one row of the adaptive softmax holds at once."""
+        """Log-probabilities one row of the adaptive softmax's head holds (tail clusters are
+        bounded separately, in :meth:`target_log_probs`)."""
         assert self.adaptive is not None
-        sizes = [self.adaptive.head_size] + [hi - lo for lo, hi in self._clusters()]
-        return max(sizes)
+        return self.adaptive.head_size
 
     def _truncate(self, contexts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if contexts.dim() != 2 or lengths.shape != contexts.shape[:1]:

@@ -310,7 +310,7 @@ class NgramScorer:
     def __init__(self, model: NgramModel) -> None:
         self.model = model
         self.context_size: int | None = model.order - 1
-        self.bos_id, self.eos_id = model.bos_id, model.eos_id
+        self.bos_id, self.eos_id, self.unk_id = model.bos_id, model.eos_id, model.unk_id
 
     def word_ids(self, words: Sequence[str]) -> Tensor:
         """int64 ``(len(words),)``; unknown words get the ``<unk>`` id."""

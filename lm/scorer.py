@@ -23,7 +23,7 @@ class LMScorer:
         self.max_elements = max_elements
         vocab = loaded.vocab
         self.context_size: int | None = loaded.config.context_size
-        self.bos_id, self.eos_id = vocab.bos_id, vocab.eos_id
+        self.bos_id, self.eos_id, self.unk_id = vocab.bos_id, vocab.eos_id, vocab.unk_id
 
     def word_ids(self, words: Sequence[str]) -> Tensor:
         return torch.tensor(self.loaded.vocab.encode(list(words)), dtype=torch.int64)

@@ -96,7 +96,11 @@ def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None
         if fmt == "espnet-nbest" or (spec.kind == "file" and Path(spec.target).is_dir()):
             if fmt not in ("auto", "espnet-nbest"):
                 raise ValueError(f"{spec.target}: a directory is read as an ESPnet n-best directory, not {fmt}")
-            lattices: Iterator[Lattice] = (nbest_to_lattice(n) for n in read_espnet_nbest(spec.target))
+            lists = read_espnet_nbest(spec.target)
+            if not lists:
+                raise ValueError(f"{spec.target}: no n-best list found (an ESPnet n-best directory holds "
+                                 f"1best_recog/ ... Nbest_recog/ with text, score and scores files)")
+            lattices: Iterator[Lattice] = (nbest_to_lattice(n) for n in lists)
         else:
             lattices = iter(read_lattices(spec.read(), fmt, symbols, source=spec.name))
         for lattice in lattices:
@@ -107,6 +111,8 @@ def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None
 
 def output_format(fmt: str, first: Lattice | None) -> str:
     """The format rescored lattices are written in: the input's (guessed from meta for 'auto')."""
+    if fmt in ("nbest-json", "srilm-nbest", "espnet-nbest") or (first is not None and "nbest" in first.meta):
+        return "json"  # the lattice of an n-best list's hypotheses
     if fmt != "auto" or first is None:
         return fmt
     meta = first.meta
@@ -167,7 +173,7 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
     for lattice in tqdm(lattices, desc="rescoring", unit="lattice", disable=not show):
         try:
             results = rescore(lattice, scorer, options, device=device, old_lm=old_lm)
-        except (ExpansionTooLarge, LatticeFormatError) as err:
+        except (ExpansionTooLarge, LatticeFormatError) as err:  # this lattice only; the job goes on
             yield Failure(lattice.key, str(err))
             continue
         share = results[0].stats.get("oov_share", 0.0)

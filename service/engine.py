@@ -165,6 +165,8 @@ def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list
 
 
 def _format_of(lattice: Lattice, requested: str) -> str:
+    if requested in ("nbest-json", "srilm-nbest") or "nbest" in lattice.meta:
+        return "json"  # an n-best list comes back as the lattice of its hypotheses, in the JSON lattice form
     if requested != "auto":
         return requested
     from service.batch import output_format

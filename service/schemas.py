@@ -33,8 +33,8 @@ class RescoreOptionsModel(BaseModel):
                                                                "else graph)")
     unk_penalty: float = Field(default=0.0, description="log-probability added to each word scored as <unk>")
     decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
-    mbr_nbest: int = Field(default=100, ge=1, le=1000, description="distinct hypotheses MBR decoding weighs")
-    mbr_scale: float = Field(default=1.0, description="MBR posteriors: softmax(scale * total score)")
+    mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
+    mbr_scale: float = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
 
 
 class RescoreRequest(RescoreOptionsModel):

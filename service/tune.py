@@ -28,7 +28,7 @@ from torch import Tensor
 
 from lattices.expand import PAD
 from lattices.rescore import RescoreOptions, first_pass_best, rescore_scored, score_for_options
-from lattices.scored import ScoredLattice, Weights
+from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, component_vector
 from lattices.scorer import ContextScorer
 from service.wer import WerStats, match_references, word_errors
 
@@ -59,11 +59,14 @@ class _Utterance:
     key: str
     ref: list[str]
     first_pass: WerStats
+    acoustic_scale: float = DEFAULT_ACOUSTIC_SCALE  # the default w_acoustic (lattice header)
     hyp_words: list[list[str]] | None = None  # tree inputs: every hypothesis
     hyp_parts: Tensor | None = None  # (H, C)
     errors: list[WerStats] | None = None  # (H,)
     error_counts: numpy.ndarray | None = None  # (H,) errors of each hypothesis
-    distances: Tensor | None = None  # (H, H) for MBR
+    group: Tensor | None = None  # (H,) index of each hypothesis's distinct word sequence
+    group_errors: numpy.ndarray | None = None  # (G,) errors of each distinct word sequence
+    distances: Tensor | None = None  # (G, G) between distinct word sequences, for MBR
     scored: ScoredLattice | None = None  # other lattices
 
 
@@ -138,36 +141,39 @@ class Tuner:
         for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
             scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm)
             self._check_names(scored.names, lattice.key)
-            table = hypothesis_table(scored)
-            if table is not None:
-                self.add_table(lattice.key, refs[lattice.key], table[0], table[1], scored.names, _first=0
-                               if "nbest" in lattice.meta else None, _scored=scored)
-                continue
             labels = torch.where(scored.expansion.arc_lm_word != PAD,
                                  scored.lattice.words[scored.expansion.arc_orig], -1)
             first = first_pass_best(scored, scored.first_pass_weights(self.options.weights(1.0, scored)), labels)
             ref = refs[lattice.key]
+            table = hypothesis_table(scored)
+            if table is not None:
+                self.add_table(lattice.key, ref, table[0], table[1], scored.names, first_words=first.words,
+                               acoustic_scale=scored.default_acoustic_scale)
+                continue
             self.utterances.append(_Utterance(key=lattice.key, ref=ref, first_pass=word_errors(ref, first.words),
-                                              scored=scored))
+                                              acoustic_scale=scored.default_acoustic_scale, scored=scored))
 
     def add_table(self, key: str, ref: list[str], words: list[list[str]], parts: Tensor, names: tuple[str, ...],
-                  _first: int | None = 0, _scored: ScoredLattice | None = None) -> None:
+                  first_words: list[str] | None = None, acoustic_scale: float | None = None) -> None:
         """One utterance as hypotheses: their words and ``(H, C)`` components named ``names``
-        (:mod:`lattices.scored`'s order). The first hypothesis is the first pass's 1-best (n-best
-        order) unless it is not an n-best list, when the first-pass weights choose."""
+        (:mod:`lattices.scored`'s order), best first pass first when they are an n-best list.
+
+        ``first_words``: the first pass's 1-best (default: the first hypothesis).
+        ``acoustic_scale``: the default ``w_acoustic`` (default: the options', else 0.1)."""
         self._check_names(names, key)
-        if _first is None:
-            vector = _vector_for(names, Weights(lm_weight=0.0, old_lm_weight=1.0,
-                                                word_penalty=self.options.word_penalty or 0.0,
-                                                score_weights=dict(self.options.score_weights)), self.options)
-            _first = int(_argmax_first((parts @ vector).unsqueeze(1))[0])
         errors = [word_errors(ref, w) for w in words]
-        utt = _Utterance(key=key, ref=ref, first_pass=errors[_first], hyp_words=words, hyp_parts=parts.cpu(),
-                         errors=errors, error_counts=numpy.array([e.errors for e in errors]))
+        first = errors[0] if first_words is None else word_errors(ref, first_words)
+        default = acoustic_scale if acoustic_scale is not None else (
+            self.options.acoustic_scale if self.options.acoustic_scale is not None else DEFAULT_ACOUSTIC_SCALE)
+        distinct: dict[tuple[str, ...], int] = {}
+        group = torch.tensor([distinct.setdefault(tuple(w), len(distinct)) for w in words], dtype=torch.int64)
+        utt = _Utterance(key=key, ref=ref, first_pass=first, acoustic_scale=default, hyp_words=words,
+                         hyp_parts=parts.cpu(), errors=errors, error_counts=numpy.array([e.errors for e in errors]),
+                         group=group, group_errors=numpy.array([word_errors(ref, list(w)).errors for w in distinct]))
         if self.want_mbr:
             from lattices.mbr import edit_distance_matrix
 
-            utt.distances = edit_distance_matrix(words)
+            utt.distances = edit_distance_matrix([list(w) for w in distinct])
         self.utterances.append(utt)
 
     def first_pass(self) -> WerStats:
@@ -181,8 +187,9 @@ class Tuner:
     def choices(self, points: Sequence[dict[str, float]], mbr: bool = False) -> list[list[list[str]]]:
         """Per grid point, the chosen words of every utterance (Viterbi, or MBR with ``mbr``)."""
         out: list[list[list[str]]] = [[] for _ in points]
-        vectors = self._vectors(points)
+        cache: dict[float, Tensor] = {}
         for utt in self.utterances:
+            vectors = self._vectors(points, utt.acoustic_scale, cache) if utt.hyp_parts is not None else None
             for i, words in enumerate(self._choose(utt, points, vectors, mbr)):
                 out[i].append(words)
         return out
@@ -202,13 +209,16 @@ class Tuner:
             finally:
                 self.options = previous
         totals = numpy.zeros(len(points), dtype=numpy.int64)
-        vectors = self._vectors(points)
+        cache: dict[float, Tensor] = {}
         for utt in self.utterances:
             if utt.hyp_parts is not None:
-                totals += utt.error_counts[self._table_choice(utt, vectors, mbr)]
+                vectors = self._vectors(points, utt.acoustic_scale, cache)
+                if mbr:
+                    totals += utt.group_errors[self._table_choice(utt, vectors, mbr)]
+                else:
+                    totals += utt.error_counts[self._table_choice(utt, vectors, mbr)]
             else:
-                totals += numpy.array([word_errors(utt.ref, w).errors
-                                       for w in self._choose(utt, points, vectors, mbr)])
+                totals += numpy.array([word_errors(utt.ref, w).errors for w in self._choose(utt, points, None, mbr)])
         return totals
 
     def stats(self, point: dict[str, float], mbr: bool = False) -> WerStats:
@@ -216,24 +226,39 @@ class Tuner:
         return _total(word_errors(utt.ref, words) for utt, words in zip(self.utterances,
                                                                        self.choices([point], mbr)[0]))
 
-    def _vectors(self, points: Sequence[dict[str, float]]) -> Tensor:
-        """float64 ``(C, P)``: the component weights of every grid point."""
-        return torch.stack([self._vector(p) for p in points], dim=1)
+    def _vectors(self, points: Sequence[dict[str, float]], acoustic_scale: float,
+                 cache: dict[float, Tensor]) -> Tensor:
+        """float64 ``(C, P)``: the component weights of every grid point (cached per default scale)."""
+        if acoustic_scale not in cache:
+            cache[acoustic_scale] = torch.stack([self._vector(p, acoustic_scale) for p in points], dim=1)
+        return cache[acoustic_scale]
 
     def _table_choice(self, utt: _Utterance, vectors: Tensor, mbr: bool) -> numpy.ndarray:
-        assert utt.hyp_parts is not None
+        """Per grid point, the chosen row (Viterbi: a hypothesis, the first of equals; MBR: a
+        distinct word sequence, among the ``mbr_nbest`` best, as :func:`lattices.rescore.rescore` does)."""
+        assert utt.hyp_parts is not None and utt.group is not None
         scores = utt.hyp_parts @ vectors  # (H, P)
-        if mbr:
-            from lattices.mbr import mbr_choice
+        if not mbr:
+            return _argmax_first(scores).numpy()
+        from lattices.mbr import mbr_choice
 
-            return mbr_choice(scores.T, utt.distances, self.options.mbr_scale).numpy()
-        return _argmax_first(scores).numpy()
+        groups = int(utt.group.max()) + 1
+        best = torch.full((groups, scores.shape[1]), -math.inf, dtype=scores.dtype)
+        best = best.scatter_reduce(0, utt.group.unsqueeze(1).expand_as(scores), scores, reduce="amax")
+        if groups > self.options.mbr_nbest:  # MBR weighs the mbr_nbest best distinct sequences
+            cut = best.topk(self.options.mbr_nbest, dim=0).values[-1:]
+            best = torch.where(best >= cut, best, -math.inf)
+        return mbr_choice(best.T, utt.distances, self.options.mbr_scale).numpy()
 
-    def _choose(self, utt: _Utterance, points: Sequence[dict[str, float]], vectors: Tensor,
+    def _choose(self, utt: _Utterance, points: Sequence[dict[str, float]], vectors: Tensor | None,
                 mbr: bool) -> list[list[str]]:
         if utt.hyp_parts is not None:
-            assert utt.hyp_words is not None
-            return [utt.hyp_words[c] for c in self._table_choice(utt, vectors, mbr).tolist()]
+            assert utt.hyp_words is not None and vectors is not None
+            choice = self._table_choice(utt, vectors, mbr).tolist()
+            if mbr:
+                distinct = list(dict.fromkeys(tuple(w) for w in utt.hyp_words))
+                return [list(distinct[c]) for c in choice]
+            return [utt.hyp_words[c] for c in choice]
         assert utt.scored is not None
         return [rescore_scored(utt.scored, self._options(p, mbr))[0].best.words for p in points]
 
@@ -244,23 +269,15 @@ class Tuner:
                                    old_lm_weight=point["old_lm_weight"], word_penalty=point["word_penalty"],
                                    unk_penalty=point["unk_penalty"], decode="mbr" if mbr else "viterbi", nbest=1)
 
-    def _vector(self, point: dict[str, float]) -> Tensor:
+    def _vector(self, point: dict[str, float], acoustic_scale: float) -> Tensor:
+        named = dict(self.options.score_weights)
+        if self.options.acoustic_scale is not None:
+            named.setdefault("acoustic", self.options.acoustic_scale)
+        names = self.names or ()
+        named = {k: v for k, v in named.items() if k != "acoustic" or k in names}
         weights = Weights(lm_weight=point["lm_weight"], old_lm_weight=point["old_lm_weight"],
-                          word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
-                          score_weights=dict(self.options.score_weights))
-        return _vector_for(self.names or (), weights, self.options)
-
-
-def _vector_for(names: tuple[str, ...], weights: Weights, options: RescoreOptions) -> Tensor:
-    """The component weights of a tree input (header defaults do not apply to n-best lists)."""
-    named_names = names[:-4]
-    unknown = sorted(set(weights.score_weights) - set(named_names))
-    if unknown:
-        raise ValueError(f"no score named {', '.join(unknown)}; the inputs' scores are {', '.join(named_names)}")
-    acoustic = options.acoustic_scale if options.acoustic_scale is not None else 0.1
-    named = [weights.score_weights.get(n, acoustic if n == "acoustic" else 1.0) for n in named_names]
-    return torch.tensor(named + [weights.old_lm_weight, weights.lm_weight, weights.lm_weight * weights.unk_penalty,
-                                 weights.word_penalty], dtype=torch.float64)
+                          word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"], score_weights=named)
+        return component_vector(names, weights, acoustic_scale)
 
 
 def _argmax_first(scores: Tensor) -> Tensor:
@@ -281,6 +298,8 @@ def tune(tuner: Tuner, grid: Grid, mbr: bool = False) -> dict[str, Any]:
     """Evaluate the grid (Viterbi, and MBR too with ``mbr``); the JSON report of ``afp tune --json``."""
     points = grid.points()
     ref_words = tuner.first_pass().ref_words
+    if ref_words == 0:
+        raise ValueError("the references of these utterances hold no words: WER is undefined")
     rows = [{**p, "wer": 100.0 * int(e) / ref_words, "errors": int(e)} for p, e in zip(points, tuner.evaluate(points))]
     if mbr:
         for row, e in zip(rows, tuner.evaluate(points, mbr=True)):
