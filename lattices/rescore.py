@@ -105,14 +105,19 @@ class RescoreOptions:
         if self.max_expanded_arcs is not None and self.max_expanded_arcs < 1:
             raise ValueError(f"max_expanded_arcs must be positive, got {self.max_expanded_arcs}")
 
+    def named_weights(self, names: tuple[str, ...]) -> dict[str, float]:
+        """``w_k`` given for an input with named scores ``names``: ``score_weights``, and
+        ``acoustic_scale`` for a score named ``acoustic`` unless ``score_weights`` names it."""
+        named = dict(self.score_weights)
+        if self.acoustic_scale is not None and "acoustic" in names:
+            named.setdefault("acoustic", self.acoustic_scale)
+        return named
+
     def weights(self, lm_weight: float, scored: ScoredLattice) -> Weights:
         """The weight setting for one LM weight, header defaults filled in."""
-        named = dict(self.score_weights)
-        if self.acoustic_scale is not None and "acoustic" in scored.named:
-            named.setdefault("acoustic", self.acoustic_scale)
         penalty = self.word_penalty if self.word_penalty is not None else scored.default_word_penalty
         return Weights(lm_weight=lm_weight, old_lm_weight=self.old_lm_weight, word_penalty=penalty,
-                       unk_penalty=self.unk_penalty, score_weights=named)
+                       unk_penalty=self.unk_penalty, score_weights=self.named_weights(scored.named))
 
     def scales_for(self, lattice: Lattice) -> tuple[float, float]:
         """``(acoustic_scale, word_penalty)`` for ``lattice``, header defaults filled in."""

@@ -270,13 +270,10 @@ class Tuner:
                                    unk_penalty=point["unk_penalty"], decode="mbr" if mbr else "viterbi", nbest=1)
 
     def _vector(self, point: dict[str, float], acoustic_scale: float) -> Tensor:
-        named = dict(self.options.score_weights)
-        if self.options.acoustic_scale is not None:
-            named.setdefault("acoustic", self.options.acoustic_scale)
         names = self.names or ()
-        named = {k: v for k, v in named.items() if k != "acoustic" or k in names}
         weights = Weights(lm_weight=point["lm_weight"], old_lm_weight=point["old_lm_weight"],
-                          word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"], score_weights=named)
+                          word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
+                          score_weights=self.options.named_weights(names))
         return component_vector(names, weights, acoustic_scale)
 
 
