@@ -142,17 +142,16 @@ def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:
     if not weights or len(weights) > 32:
         raise APIError(422, "invalid_request", "give 1 to 32 LM weights", field="lm_weight")
     named = request.score_weights or {}
-    numbers = [*weights, request.old_lm_weight, request.acoustic_scale or 0.0, request.word_penalty or 0.0,
-               request.unk_penalty, request.mbr_scale, *named.values()]
-    if not all(math.isfinite(x) for x in numbers):
-        raise APIError(422, "invalid_request", "weights and scales must be finite numbers")
-    return RescoreOptions(
-        lm_weights=tuple(weights), acoustic_scale=request.acoustic_scale, old_lm_weight=request.old_lm_weight,
-        word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
-        prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
-        auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
-        old_lm_score=request.old_lm_score, unk_penalty=request.unk_penalty, decode=request.decode,
-        mbr_nbest=request.mbr_nbest, mbr_scale=request.mbr_scale)
+    try:  # RescoreOptions checks its numbers (finite weights and scales...): a bad one is the client's error
+        return RescoreOptions(
+            lm_weights=tuple(weights), acoustic_scale=request.acoustic_scale, old_lm_weight=request.old_lm_weight,
+            word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
+            prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
+            auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
+            old_lm_score=request.old_lm_score, unk_penalty=request.unk_penalty, decode=request.decode,
+            mbr_nbest=request.mbr_nbest, mbr_scale=request.mbr_scale)
+    except ValueError as err:
+        raise APIError(422, "invalid_request", str(err)) from None
 
 
 def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list[Any]:
