@@ -180,6 +180,14 @@ def load(results: Path) -> list[str]:
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
 
 
+def _point(point: dict[str, float] | None) -> str:
+    """``0.1, 0.7, 1, -10`` for a tuned grid point (its weights in the grid's order)."""
+    if not point:
+        return "-"
+    keys = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "mbr_scale")
+    return ", ".join(f"{point[k]:g}" for k in keys if k in point)
+
+
 def wer(results: Path) -> list[str]:
     lines = ["## Word error rate of n-best rescoring, LibriSpeech dev (`python -m bench.wer`)", ""]
     data = _load(results / "wer_librispeech.json")
@@ -190,13 +198,13 @@ def wer(results: Path) -> list[str]:
               f"{data['afp']['training'].get('best_valid_ppl', float('nan')):.2f}); baseline "
               f"`{data.get('baseline_model')}`. Named weights {data['score_weights']}; each system tuned on one dev "
               "set and applied to the other. Plot `wer_librispeech.png`.", ""]
-    rows = [["first pass", *(data["sets"][s]["first_pass_wer"] for s in sets)],
-            ["oracle (30-best)", *(data["sets"][s]["oracle_wer"] for s in sets)]]
+    rows = [["first pass", *(data["sets"][s]["first_pass_wer"] for s in sets), "the recogniser's (0, 0.6, 0, 0)"],
+            ["oracle (30-best)", *(data["sets"][s]["oracle_wer"] for s in sets), "-"]]
     for label, system in data["systems"].items():
-        results_ = system["results"]
-        rows.append([label, *(next(v["wer"] for k, v in results_.items() if k.startswith(s) and "tuned on" in k)
-                              for s in sets)])
-    lines += _table(["system (WER %, tuned on the other set)", *sets], rows)
+        tuned = [next(v for k, v in system["results"].items() if k.startswith(s) and "tuned on" in k) for s in sets]
+        rows.append([label, *(t["wer"] for t in tuned), " / ".join(_point(t.get("point")) for t in tuned)])
+    lines += _table(["system (WER %, tuned on the other set)", *sets,
+                     "weights applied (new LM, old LM, word penalty, unk penalty[, MBR scale])"], rows)
     speed_rows = []
     for s in sets:
         sp = data["speed"][s]

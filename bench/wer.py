@@ -10,7 +10,10 @@ tuned on one dev set and applied to the other (both directions):
       (``old_lm_weight`` 0), Viterbi and MBR;
   (b) ``rnn``: a full-recurrence model of the same size scoring each hypothesis in full (icefall's
       n-best method), replacing the first-pass LM, tuned the same way;
-  (c) ``afp+lm`` / ``rnn+lm``: the same models added to the first-pass LM (``old_lm_weight > 0``).
+  (c) ``afp+lm`` / ``rnn+lm``: the same models added to the first-pass LM (``old_lm_weight > 0``);
+  (d) ``lm reweighted``: no new LM at all (``lm_weight`` 0), the first-pass LM weight, word and
+      unknown-word penalties tuned on the same grid: what re-weighting alone gives, so that (c)'s
+      gain can be told apart from the new model's.
 
 The recogniser's own combination is ``0.6 decoder + 0.4 ctc + 0.6 lm`` (SOURCES.md); the named
 weights stay ``decoder=0.6, ctc=0.4`` and the grid tunes the LM weights, the word penalty and
@@ -36,7 +39,7 @@ from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, pyplot, s
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
 SETS = ("dev_clean", "dev_other")
 SCORE_WEIGHTS = (("decoder", 0.6), ("ctc", 0.4))
-LM_WEIGHTS = tuple(round(0.1 * i, 2) for i in range(0, 13))
+LM_WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
 OLD_LM_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 WORD_PENALTIES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 UNK_PENALTIES = (0.0, -2.0, -5.0, -10.0)
@@ -70,18 +73,19 @@ def table_parts(nbest: Any, names: tuple[str, ...], logprobs: list[float], vocab
     return torch.tensor(rows, dtype=torch.float64)
 
 
-def grid_points(old_weights: tuple[float, ...]) -> list[dict[str, float]]:
+def grid_points(lm_weights: tuple[float, ...], old_weights: tuple[float, ...]) -> list[dict[str, float]]:
     from service.tune import Grid
 
-    return Grid(LM_WEIGHTS, old_weights, WORD_PENALTIES, UNK_PENALTIES).points()
+    return Grid(lm_weights, old_weights, WORD_PENALTIES, UNK_PENALTIES).points()
 
 
-def cross_tune(tuners: dict[str, Any], old_weights: tuple[float, ...], mbr: bool) -> dict[str, Any]:
+def cross_tune(tuners: dict[str, Any], lm_weights: tuple[float, ...], old_weights: tuple[float, ...],
+               mbr: bool) -> dict[str, Any]:
     """Tune on each set, apply to the other: per set its WER at its own best point and at the other's.
     MBR tunes its posterior scale too (:data:`MBR_SCALES`)."""
     import numpy
 
-    points = grid_points(old_weights)
+    points = grid_points(lm_weights, old_weights)
     if mbr:
         points = [{**p, "mbr_scale": scale} for scale in MBR_SCALES for p in points]
         errors = {s: numpy.concatenate([t.evaluate(points[:len(points) // len(MBR_SCALES)], mbr=True, mbr_scale=x)
@@ -100,12 +104,13 @@ def cross_tune(tuners: dict[str, Any], old_weights: tuple[float, ...], mbr: bool
         out[f"{target} (own best)"] = {"wer": 100.0 * int(errors[target][best[target]]) / refs[target],
                                        "point": points[best[target]]}
     curves = {}
-    for s in tuners:  # WER against the LM weight at the set's best other weights
+    for s in tuners:  # WER against the (new or, with no new LM, old) LM weight at the set's best other weights
         b = points[best[s]]
-        curves[s] = [(p["lm_weight"], 100.0 * int(e) / refs[s]) for p, e in zip(points, errors[s])
-                     if all(p.get(k) == b.get(k) for k in ("old_lm_weight", "word_penalty", "unk_penalty",
-                                                           "mbr_scale"))]
-    return {"results": out, "curves": curves}
+        axis = "lm_weight" if len(lm_weights) > 1 else "old_lm_weight"
+        fixed = tuple(k for k in ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "mbr_scale") if k != axis)
+        curves[s] = [(p[axis], 100.0 * int(e) / refs[s]) for p, e in zip(points, errors[s])
+                     if all(p.get(k) == b.get(k) for k in fixed)]
+    return {"results": out, "curves": curves, "curve_axis": axis}
 
 
 def main() -> None:
@@ -196,14 +201,15 @@ def main() -> None:
         report["sets"][name] = entry
         print(name, {k: v for k, v in entry.items()}, speed, flush=True)
 
-    systems = {"afp": (afp_tuners, (0.0,)), "afp+lm": (afp_tuners, OLD_LM_WEIGHTS[1:])}
+    systems = {"lm reweighted": (afp_tuners, (0.0,), OLD_LM_WEIGHTS[1:]),
+               "afp": (afp_tuners, LM_WEIGHTS, (0.0,)), "afp+lm": (afp_tuners, LM_WEIGHTS, OLD_LM_WEIGHTS[1:])}
     if rnn_tuners:
-        systems.update({"rnn": (rnn_tuners, (0.0,)), "rnn+lm": (rnn_tuners, OLD_LM_WEIGHTS[1:])})
+        systems.update({"rnn": (rnn_tuners, LM_WEIGHTS, (0.0,)), "rnn+lm": (rnn_tuners, LM_WEIGHTS, OLD_LM_WEIGHTS[1:])})
     report["systems"] = {}
-    for system, (tuners, old) in systems.items():
+    for system, (tuners, new, old) in systems.items():
         for mbr in (False, True):
             label = f"{system}{' mbr' if mbr else ''}"
-            report["systems"][label] = cross_tune(tuners, old, mbr)
+            report["systems"][label] = cross_tune(tuners, new, old, mbr)
             print(label, {k: round(v["wer"], 3) for k, v in report["systems"][label]["results"].items()}, flush=True)
     write_json(args.out, report)
     plot(report, args.out.with_suffix(".png"))
@@ -216,7 +222,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
     for ax, name in zip(axes[0], report["sets"]):
         for label, system in report["systems"].items():
             curve = system["curves"].get(name)
-            if curve:
+            if system.get("curve_axis", "lm_weight") != "lm_weight":  # no new LM: its tuned WER as a line
+                tuned = next(v["wer"] for k, v in system["results"].items() if k.startswith(name) and "tuned on" in k)
+                ax.axhline(tuned, color="tab:brown", linestyle="-." if "mbr" in label else "--", label=label)
+            elif curve:
                 ax.plot([x for x, _ in curve], [y for _, y in curve], marker="." if "mbr" in label else "o",
                         linestyle="--" if "mbr" in label else "-", label=label)
         ax.axhline(report["sets"][name]["first_pass_wer"], color="black", linestyle=":", label="first pass")
