@@ -206,10 +206,46 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
     return target
 
 
-def main() -> None:
+def preset_options(preset_name: str) -> dict[str, Any]:
+    """The training options every candidate of a preset shares."""
+    preset = PRESETS[preset_name]
+    return {**COMMON_TRAIN, **preset.get("train_options", {}), "epochs": preset["epochs"]}
+
+
+def train_candidates(preset_name: str, names: list[str] | None = None, runs: Path = RESULTS / "bundled",
+                     device: str = "auto", threads: int | None = None, epochs: int | None = None) -> Path:
+    """Train (or resume) a preset's candidates, ``names`` or all, to ``epochs`` (default: the
+    preset's); returns ``runs/<preset>``, which holds a run directory per candidate."""
     from lm.config import TrainConfig
     from lm.train import train
 
+    preset = PRESETS[preset_name]
+    train_file, valid_file = corpus_file(preset_name, "train", runs), corpus_file(preset_name, "valid", runs)
+    options = preset_options(preset_name)
+    epochs_now = min(epochs or preset["epochs"], preset["epochs"])
+    out = runs / preset_name
+    record_dir = RESULTS / "bundled" / preset_name
+    for name in names or list(preset["candidates"]):
+        fields = {k: v for k, v in preset["candidates"][name].items() if k != "baseline"}
+        if len(read_metrics(out / name)) >= epochs_now:
+            continue
+        cfg = TrainConfig(train=str(train_file), valid=str(valid_file), device=device,
+                          num_threads=threads, **{**options, "epochs": epochs_now})
+        print(f"{name}: training {fields}", flush=True)
+
+        def keep(metrics: dict[str, Any], name: str = name) -> None:  # commit-able progress record
+            print(f"{name}: {json.dumps(metrics)}", flush=True)
+            if out != record_dir:
+                (record_dir / name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(out / name / "metrics.jsonl", record_dir / name / "metrics.jsonl")
+
+        result = train(fields, cfg, out / name, resume=True, progress=False, on_epoch=keep,
+                       record={"command": f"python -m bench.train_bundled {preset_name}", "candidate": name})
+        print(f"{name}: best valid ppl {result.best_valid_ppl:.2f}", flush=True)
+    return out
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("preset", choices=sorted(PRESETS))
     parser.add_argument("--only", nargs="*", help="candidates to train (default: all)")
@@ -222,29 +258,9 @@ def main() -> None:
                                                    "short runs; run again without it to go on)")
     args = parser.parse_args()
 
-    preset = PRESETS[args.preset]
-    train_file, valid_file = corpus_file(args.preset, "train", args.runs), corpus_file(args.preset, "valid", args.runs)
-    options = {**COMMON_TRAIN, **preset.get("train_options", {}), "epochs": preset["epochs"]}
-    epochs_now = min(args.epochs or preset["epochs"], preset["epochs"])
-    out = args.runs / args.preset
-    record_dir = RESULTS / "bundled" / args.preset
-    for name in args.only or list(preset["candidates"]):
-        fields = {k: v for k, v in preset["candidates"][name].items() if k != "baseline"}
-        if len(read_metrics(out / name)) >= epochs_now:
-            continue
-        cfg = TrainConfig(train=str(train_file), valid=str(valid_file), device=args.device,
-                          num_threads=args.threads, **{**options, "epochs": epochs_now})
-        print(f"{name}: training {fields}", flush=True)
-
-        def keep(metrics: dict[str, Any], name: str = name) -> None:  # commit-able progress record
-            print(f"{name}: {json.dumps(metrics)}", flush=True)
-            if out != record_dir:
-                (record_dir / name).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(out / name / "metrics.jsonl", record_dir / name / "metrics.jsonl")
-
-        result = train(fields, cfg, out / name, resume=True, progress=False, on_epoch=keep,
-                       record={"command": f"python -m bench.train_bundled {args.preset}", "candidate": name})
-        print(f"{name}: best valid ppl {result.best_valid_ppl:.2f}", flush=True)
+    preset, options = PRESETS[args.preset], preset_options(args.preset)
+    out = train_candidates(args.preset, args.only, args.runs, args.device, args.threads, args.epochs)
+    valid_file = corpus_file(args.preset, "valid", args.runs)
 
     table = {}
     for name, fields in preset["candidates"].items():

@@ -1,7 +1,12 @@
 """Word error rates of n-best rescoring on real recogniser output (LibriSpeech dev, ESPnet 30-best).
 
-  python -m bench.wer                                   # models/librispeech + the exact baseline
+  python -m bench.wer                       # models/librispeech (+ the exact baseline when trained)
+  python -m bench.wer --train-baseline      # trains the baseline first (about 1 h on 2 CPU cores)
   python -m bench.wer --baseline DIR --limit 300        # a quick look
+
+The baseline (b) is ``bench.train_bundled``'s ``librispeech`` candidate ``gru-h256-exact``, trained
+into ``bench/results/bundled/librispeech/gru-h256-exact`` (weights gitignored) by
+``--train-baseline`` or ``python -m bench.train_bundled librispeech --only gru-h256-exact --no-install``.
 
 For each dev set: the first pass's WER, the oracle of the lists, and after rescoring, every system
 tuned on one dev set and applied to the other (both directions):
@@ -44,6 +49,8 @@ OLD_LM_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 WORD_PENALTIES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 UNK_PENALTIES = (0.0, -2.0, -5.0, -10.0)
 MBR_SCALES = (0.5, 1.0, 2.0)
+#: the full-recurrence baseline (b), as ``bench.train_bundled librispeech`` trains it
+BASELINE = RESULTS / "bundled" / "librispeech" / "gru-h256-exact"
 
 
 def load_set(name: str, limit: int | None) -> tuple[list[Any], dict[str, list[str]]]:
@@ -124,7 +131,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--afp", type=Path, default=REPO_ROOT / "models" / "librispeech")
-    parser.add_argument("--baseline", type=Path, help="full-recurrence model of the same size (mode exact)")
+    parser.add_argument("--baseline", type=Path, default=BASELINE,
+                        help="full-recurrence model of the same size (mode exact); default: %(default)s, used "
+                             "when trained")
+    parser.add_argument("--train-baseline", action="store_true",
+                        help="train (or finish) the default baseline first; resumable")
     parser.add_argument("--limit", type=int, help="only the first N utterances of each set")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--mbr-scale", type=float, default=1.0)
@@ -134,8 +145,16 @@ def main() -> None:
     if not NBEST.is_dir():
         raise SystemExit(f"{NBEST} is missing: this needs ../shared/data")
 
+    if args.train_baseline:
+        from bench.train_bundled import train_candidates
+
+        train_candidates("librispeech", [BASELINE.name], threads=args.threads)
     afp = load_checkpoint(args.afp)
-    rnn = load_checkpoint(args.baseline) if args.baseline else None
+    if not (args.baseline / "model.safetensors").is_file():
+        if args.baseline != BASELINE:
+            raise SystemExit(f"--baseline {args.baseline}: no model.safetensors there")
+        print(f"no baseline at {BASELINE} (train it with --train-baseline): systems (b) are left out", flush=True)
+    rnn = load_checkpoint(args.baseline) if (args.baseline / "model.safetensors").is_file() else None
     options = RescoreOptions(score_weights=SCORE_WEIGHTS, mbr_scale=args.mbr_scale, max_kbest_paths=64)
     data = {s: load_set(s, args.limit) for s in SETS}
     report: dict[str, Any] = {"environment": environment(), "afp_model": str(args.afp), "afp": afp.info(),
