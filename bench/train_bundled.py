@@ -38,6 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "valid": [SHARED_DATA / name / "valid.txt" for name in CONVERSATIONAL],
         "epochs": 8,
         "max_rho": 5,
+        "rescoring_cost": True,  # measured on the AMI lattices, the domain of this model
         "store_dtype": "bfloat16",
         "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
         "licence": ("Switchboard (SwDA transcripts): CC BY-NC-SA 3.0, research use, the model inherits the "
@@ -151,12 +152,21 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
         f"as stored; {stored['tokens']} tokens, {stored['oov']} OOV words).",
         f"- Command: `python -m bench.train_bundled {preset}` (trains every candidate below, keeps the best "
         f"AFP model with rho <= {spec['max_rho']}).", "",
-        "| candidate | best valid ppl | epochs | s/epoch |", "|---|---|---|---|",
+        "| candidate | best valid ppl | epochs | s/epoch | rescoring: expanded arcs | distinct contexts | seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for cand, row in sorted(table.items(), key=lambda kv: kv[1]["best_valid_ppl"]):
         note = " (baseline, not installed)" if row["fields"].get("baseline") else ""
+        cost = row.get("rescoring_cost") or {}
         lines.append(f"| {cand}{note} | {row['best_valid_ppl']:.2f} | {row['epochs']} | "
-                     f"{row['seconds_per_epoch']:.0f} |")
+                     f"{row['seconds_per_epoch']:.0f} | {cost.get('expanded_arcs', '-')} | "
+                     f"{cost.get('unique_contexts', '-')} | "
+                     f"{format(cost['seconds'], '.2f') if cost else '-'} |")
+    if any(row.get("rescoring_cost") for row in table.values()):
+        first = next(row["rescoring_cost"] for row in table.values() if row.get("rescoring_cost"))
+        lines += ["", f"Rescoring cost: exact rescoring of the {first['lattices']} real AMI lattices of "
+                      "`../shared/data/lattices` (HTK and Kaldi), summed; seconds on the training machine (CPU), "
+                      "comparable within this table only."]
     return "\n".join(lines) + "\n"
 
 
@@ -206,6 +216,38 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
     return target
 
 
+def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
+    """What a candidate costs to rescore with: on the real AMI lattices (``ami-htk/*.lat.gz`` and
+    ``ami-kaldi/1.lat``), the expanded arcs, the distinct (context, word) pairs scored and the
+    seconds (median of ``repeats``, after a warm-up) of exact rescoring, summed over the lattices.
+    None when the lattices are absent."""
+    import statistics
+    import time
+
+    from lattices.formats import read_lattice_file
+    from lattices.rescore import RescoreOptions, rescore
+    from lm.checkpoint import load_checkpoint
+    from lm.scorer import LMScorer
+
+    files = sorted((SHARED_DATA / "lattices" / "ami-htk").glob("*.lat.gz")) + [SHARED_DATA / "lattices" / "ami-kaldi" / "1.lat"]
+    if not all(f.is_file() for f in files) or len(files) < 2:
+        return None
+    lattices = [lat for f in files for lat in read_lattice_file(f)]
+    scorer = LMScorer(load_checkpoint(run_dir))
+
+    def once() -> tuple[float, list[dict[str, Any]]]:
+        started = time.perf_counter()
+        stats = [rescore(lat, scorer, RescoreOptions())[0].stats for lat in lattices]
+        return time.perf_counter() - started, stats
+
+    once()
+    runs = [once() for _ in range(repeats)]
+    stats = runs[0][1]
+    return {"lattices": len(lattices), "seconds": statistics.median(t for t, _ in runs),
+            "expanded_arcs": sum(s["expanded_arcs"] for s in stats),
+            "unique_contexts": sum(s["unique_contexts"] for s in stats)}
+
+
 def preset_options(preset_name: str) -> dict[str, Any]:
     """The training options every candidate of a preset shares."""
     preset = PRESETS[preset_name]
@@ -227,8 +269,8 @@ def train_candidates(preset_name: str, names: list[str] | None = None, runs: Pat
     record_dir = RESULTS / "bundled" / preset_name
     for name in names or list(preset["candidates"]):
         fields = {k: v for k, v in preset["candidates"][name].items() if k != "baseline"}
-        if len(read_metrics(out / name)) >= epochs_now:
-            continue
+        if len(read_metrics(out / name)) >= epochs_now and (out / name / "model.safetensors").is_file():
+            continue  # done (a committed metrics record without the weights is retrained)
         cfg = TrainConfig(train=str(train_file), valid=str(valid_file), device=device,
                           num_threads=threads, **{**options, "epochs": epochs_now})
         print(f"{name}: training {fields}", flush=True)
@@ -268,6 +310,8 @@ def main() -> None:
         if metrics:
             table[name] = {"fields": fields, "best_valid_ppl": min(m["valid_ppl"] for m in metrics),
                            "epochs": len(metrics), "seconds_per_epoch": sum(m["seconds"] for m in metrics) / len(metrics)}
+            if preset.get("rescoring_cost") and (out / name / "model.safetensors").is_file():
+                table[name]["rescoring_cost"] = rescoring_cost(out / name)
     write_json(RESULTS / "bundled" / f"{args.preset}.json",
                {"preset": args.preset, "train_options": options, "candidates": table, "environment": environment()})
     eligible = {n: r for n, r in table.items()
