@@ -6,7 +6,7 @@ Inputs are files or Kaldi-style specifiers:
   ``-`` / ``ark:-``                          standard input
   ``ark:CMD |``                              the output of a shell command (Kaldi's rxfilename pipe)
 
-Kaldi archives are text (``ark,t``); a binary archive gets an error that says how to convert it.
+Kaldi archives are text (``ark,t``) or binary (``ark``, as decoders write ``lat.*.gz``): both are read.
 Sharding: ``shard=(i, n)`` keeps the lattices whose running index (over all inputs, in order) is
 ``i`` modulo ``n``; under ``torchrun`` the rank and world size choose the shard by default.
 """

@@ -1,4 +1,4 @@
-"""Lattice file formats: Kaldi text, HTK SLF, k2 dicts, OpenFst text and JSON; n-best lists.
+"""Lattice file formats: Kaldi text and binary, HTK SLF, k2 dicts, OpenFst text and JSON; n-best lists.
 
 Each format module reads into :class:`lattices.lattice.Lattice` objects and writes them back;
 malformed input raises :class:`lattices.lattice.LatticeFormatError` naming the source, lattice
@@ -7,6 +7,11 @@ from content when asked to (``"auto"``).
 
   ``read_lattices(data, "kaldi", symbols)``   bytes or text -> list of lattices
   ``write_lattices(lattices, "htk")``         lattices -> bytes (one SLF each for HTK: see there)
+
+Kaldi archives are text (``ark,t:``) or binary (``ark:``, what decoders write to ``lat.*.gz``):
+bytes that start with a key, a space and an OpenFst FST are read by
+:mod:`lattices.formats.kaldi_binary`, and ``write_lattices(lattices, "kaldi", binary=True)``
+writes that form.
 
 N-best lists are read as lattices too (:mod:`lattices.formats.nbest`: each list becomes a
 lattice whose paths are its hypotheses): ``"nbest-json"`` and ``"srilm-nbest"`` are formats of
@@ -44,8 +49,8 @@ def _decode(data: bytes | str, source: str | None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise LatticeFormatError(f"not UTF-8 text (byte {err.start}); binary Kaldi archives must be converted "
-                                 f"with 'lattice-copy ark:IN ark,t:OUT'", source=source) from None
+        raise LatticeFormatError(f"not UTF-8 text (byte {err.start}), nor a binary Kaldi archive (a key, a space, "
+                                 "then an OpenFst binary FST) or a k2 file (torch.save)", source=source) from None
 
 
 def maybe_gunzip(data: bytes | str, source: str | None = None) -> bytes | str:
@@ -65,8 +70,13 @@ def guess_format(data: bytes | str) -> str:
     ``"arcs"``, ``"finals"`` or ``"lattices"`` name in the first 4096 characters, else
     ``"json"``. Text is ``"srilm-nbest"`` when its first non-blank line is an ``NBestList1.0`` /
     ``NBestList2.0`` header or a ``(bytelog)`` score, or when every line looks like
-    ``number number nwords w1 .. w_nwords`` (not two state ids, as OpenFst arcs start)."""
+    ``number number nwords w1 .. w_nwords`` (not two state ids, as OpenFst arcs start). Bytes
+    that start with a key, a space and an OpenFst FST are a binary Kaldi archive (``"kaldi"``)."""
     if isinstance(data, bytes):
+        from lattices.formats.kaldi_binary import looks_like_kaldi_binary
+
+        if looks_like_kaldi_binary(data):
+            return "kaldi"
         if data[:2] == b"PK" or data[:1] == b"\x80":
             return "k2"  # torch.save zip archive (or a legacy pickle, which read_k2 refuses)
         data = data[:4096].decode("utf-8", errors="replace")
@@ -112,7 +122,10 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
         key = Path(source).name.split(".")[0] if source else "lattice"
     if fmt == "kaldi":
         from lattices.formats.kaldi import read_kaldi
+        from lattices.formats.kaldi_binary import looks_like_kaldi_binary, read_kaldi_binary
 
+        if isinstance(data, bytes) and looks_like_kaldi_binary(data):
+            return read_kaldi_binary(data, symbols, source)
         return read_kaldi(_decode(data, source), symbols, source)
     if fmt == "htk":
         from lattices.formats.htk import read_htk
@@ -189,10 +202,18 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
     return read_lattices(data, fmt, symbols, source=str(path))
 
 
-def write_lattices(lattices: Sequence[Lattice], fmt: str) -> bytes:
+def write_lattices(lattices: Sequence[Lattice], fmt: str, *, binary: bool = False) -> bytes:
     """Serialize lattices in ``fmt``. HTK and OpenFst hold one lattice per file: several are
     written one after another, each ending with a blank line, which is how this project reads
-    them back only one at a time; use :func:`write_lattice_files` for one file each."""
+    them back only one at a time; use :func:`write_lattice_files` for one file each. ``binary``
+    writes a binary Kaldi archive (``fmt`` must be ``"kaldi"``; words as ids into each lattice's
+    own symbol table)."""
+    if binary:
+        if fmt != "kaldi":
+            raise ValueError(f"binary output exists for the kaldi format only, not {fmt!r}")
+        from lattices.formats.kaldi_binary import write_kaldi_binary
+
+        return write_kaldi_binary(lattices)
     if fmt == "kaldi":
         from lattices.formats.kaldi import write_kaldi
 

@@ -248,6 +248,16 @@ class GraphText:
         return None
 
 
+def checked_symbols(symbols: Sequence[str] | None, source: str | None) -> tuple[str, ...] | None:
+    """``symbols`` as a tuple (``None`` stays ``None``); :class:`LatticeFormatError` unless id 0 is ``<eps>``."""
+    if symbols is None:
+        return None
+    table = tuple(symbols)
+    if not table or table[0] != EPSILON:
+        raise LatticeFormatError(f"the symbol table must map id 0 to {EPSILON!r}", source=source, field="symbols")
+    return table
+
+
 def resolve_words(graphs: Sequence[GraphText], symbols: Sequence[str] | None,
                   source: str | None) -> tuple[tuple[str, ...], list[list[int]], bool]:
     """Turn the word labels of ``graphs`` into ids: ``(symbol table, ids per graph, labels were ids)``.
@@ -256,11 +266,7 @@ def resolve_words(graphs: Sequence[GraphText], symbols: Sequence[str] | None,
     entry). Otherwise labels are words: a word of ``symbols`` keeps its id, ``<eps>`` is id 0, and
     unseen words are appended in order of appearance. All graphs share the returned table.
     """
-    table: tuple[str, ...] | None = None
-    if symbols is not None:
-        table = tuple(symbols)
-        if not table or table[0] != EPSILON:
-            raise LatticeFormatError(f"the symbol table must map id 0 to {EPSILON!r}", source=source, field="symbols")
+    table = checked_symbols(symbols, source)
     if any(g.word_tokens for g in graphs) and all(is_int(t) for g in graphs for t in g.word_tokens):
         if table is None:
             first = next(g for g in graphs if g.word_tokens)

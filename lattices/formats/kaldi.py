@@ -51,12 +51,16 @@ Each lattice becomes a :class:`~lattices.lattice.Lattice` with:
 first, then state by state, each state's final line after its arcs; weights equal to One are
 left out), so a Kaldi-printed archive is reproduced byte for byte (apart from trailing spaces on
 key lines, which Kaldi prints and this writer does not).
+
+Binary archives (``ark:`` without ``,t``, e.g. ``lat.1.gz`` as decoders write them) are read and
+written by :mod:`lattices.formats.kaldi_binary` into the same lattices.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -89,13 +93,22 @@ def read_kaldi(text: str, symbols: Sequence[str] | None = None, source: str | No
     table, word_ids, are_ids = resolve_words([p[0] for p in parsed], symbols, source)
     lattices = []
     for (graph, transducer, ilabels, tids, final_tids), words in zip(parsed, word_ids):
-        meta = {"kaldi_type": TRANSDUCER if transducer else COMPACT, "kaldi_word_ids": are_ids}
-        if transducer:
-            arc_extra, final_extra = {"kaldi_ilabel": torch.tensor(ilabels, dtype=torch.int64)}, {}
-        else:
-            arc_extra, final_extra = {"kaldi_tids": tuple(tids)}, {"kaldi_tids": final_tids}
+        meta, arc_extra, final_extra = kaldi_extras(transducer, are_ids, ilabels, tids, final_tids)
         lattices.append(graph.to_lattice(Where(source, graph.key), table, words, meta, arc_extra, final_extra))
     return lattices
+
+
+def kaldi_extras(transducer: bool, word_ids: bool, ilabels: Sequence[int] | torch.Tensor, tids: Sequence[str],
+                 final_tids: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(meta, arc_extra, final_extra)`` of one Kaldi lattice, as the module docstring lists them.
+
+    Shared by the text and binary readers (:mod:`.kaldi_binary`), so both build the same lattice.
+    ``ilabels`` (Lattice) and ``tids`` (CompactLattice) are per arc, ``final_tids`` per final state.
+    """
+    meta = {"kaldi_type": TRANSDUCER if transducer else COMPACT, "kaldi_word_ids": word_ids}
+    if transducer:
+        return meta, {"kaldi_ilabel": torch.as_tensor(ilabels, dtype=torch.int64)}, {}
+    return meta, {"kaldi_tids": tuple(tids)}, {"kaldi_tids": tuple(final_tids)}
 
 
 def write_kaldi(lattices: Sequence[Lattice], use_ids: bool | None = None) -> str:
@@ -222,8 +235,8 @@ def _lattice_lines(lattice: Lattice, use_ids: bool | None) -> list[str]:
     final_acoustic = [format_float(0.0 - x) for x in lattice.final_acoustic.tolist()]
     lines = []
     if kind == COMPACT:
-        tids = _checked_tids(lattice, lattice.arc_extra.get("kaldi_tids"), lattice.num_arcs)
-        final_tids = _checked_tids(lattice, lattice.final_extra.get("kaldi_tids"), len(finals))
+        tids = checked_tids(lattice, lattice.arc_extra.get("kaldi_tids"), lattice.num_arcs)
+        final_tids = checked_tids(lattice, lattice.final_extra.get("kaldi_tids"), len(finals))
         for is_arc, i in print_order(lattice):
             g, a, t = (costs[i], acoustic[i], tids[i]) if is_arc else (final_costs[i], final_acoustic[i], final_tids[i])
             weight = "" if g == a == "0" and not t else f" {g},{a},{t}"
@@ -252,7 +265,8 @@ def _checked_key(key: str) -> str:
     return key
 
 
-def _checked_tids(lattice: Lattice, values: Sequence[str] | None, count: int) -> Sequence[str]:
+def checked_tids(lattice: Lattice, values: Sequence[str] | None, count: int) -> Sequence[str]:
+    """A ``kaldi_tids`` extra (``count`` empty strings when absent), each checked to be ids joined by ``_``."""
     if values is None:
         return ("",) * count
     for value in values:
