@@ -40,7 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_rho": 5,
         "rescoring_cost": True,  # measured on the AMI lattices, the domain of this model
         "store_dtype": "bfloat16",
-        "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
+        "train_options": {"batch_size": 64, "min_count": 2, "precision": "auto", "lr": 2e-3},
         "licence": ("Switchboard (SwDA transcripts): CC BY-NC-SA 3.0, research use, the model inherits the "
                     "non-commercial term; AMI and ICSI meeting transcripts (QMSum release): CC BY 4.0, QMSum MIT; "
                     "conversational-text: Mikolov rnnlm toolkit example data, BSD-style"),
@@ -60,7 +60,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "epochs": 3,
         "max_rho": 6,
         "store_dtype": "bfloat16",
-        "train_options": {"batch_size": 64, "min_count": 2, "precision": "bf16", "lr": 2e-3},
+        "train_options": {"batch_size": 64, "min_count": 2, "precision": "auto", "lr": 2e-3},
         "licence": "Project Gutenberg books (public domain), via the GITenberg mirrors; see ../shared/data/books/BOOKS.tsv",
         "candidates": {
             "gru-h256-rho4": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": 4, "dropout": 0.1,

@@ -18,7 +18,7 @@ from lm.cells import ACTIVATIONS, CELL_TYPES
 ARCHITECTURES = ("rnn", "ffnn")
 MODES = ("exact", "afp")
 SOFTMAXES = ("full", "adaptive")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "auto")
 
 C = TypeVar("C", bound="_JsonConfig")
 
@@ -197,7 +197,9 @@ class TrainConfig(_JsonConfig):
     ``precision`` ``bf16`` runs the training forward pass under bfloat16 autocast (weights,
     optimizer and validation stay float32): an epoch takes 0.57x-0.72x of the float32 time on a
     CPU with AVX512-BF16/AMX (``bench.epoch_timing --precision fp32 bf16``); the output-layer
-    matmul dominates, so GPUs should gain as well.
+    matmul dominates, so GPUs should gain as well. A CPU without native bfloat16 (AVX2 only)
+    emulates it and trains about 20x slower: ``auto`` picks bf16 on CUDA and on CPUs with
+    AVX512-BF16 or AMX, else fp32 (:func:`lm.train.resolve_precision`).
     """
 
     train: str

@@ -80,6 +80,27 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: CUDA, or a CPU with AVX512-BF16 or AMX
+    (read from ``/proc/cpuinfo``'s flags, else torch's CPU capability)."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+    except OSError:
+        return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto`` is ``bf16`` where :func:`native_bf16`, else ``fp32``; others stay as they are."""
+    if precision != "auto":
+        return precision
+    return "bf16" if native_bf16(device) else "fp32"
+
+
 def _distributed(cfg: TrainConfig) -> tuple[int, int, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = resolve_device(cfg.device)
@@ -114,6 +135,7 @@ def train(
     """
     out = Path(out_dir)
     rank, world, device = _distributed(cfg)
+    precision = resolve_precision(cfg.precision, device)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     data = load_data(cfg)
@@ -148,7 +170,7 @@ def train(
             "epoch": epoch, "train_loss": loss_sum / token_count, "train_ppl": math.exp(loss_sum / token_count),
             "valid_ppl": valid_ppl, "lr": state["lr"], "seconds": seconds,
             "train_tokens": token_count, "tokens_per_second": token_count / seconds, "best": improved,
-            "world_size": world, "device": str(device), "precision": cfg.precision,
+            "world_size": world, "device": str(device), "precision": precision,
         }
         if improved:
             state["best_valid_ppl"] = valid_ppl
@@ -178,13 +200,13 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
     from tqdm import tqdm
 
     model.train()
-    loss_sum, token_count = 0.0, 0
+    loss_sum, token_count, precision = 0.0, 0, resolve_precision(cfg.precision, device)
     stream = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world)
     total = math.ceil(corpus.sentences / cfg.batch_size) // world
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
     bar = tqdm(stream, total=total, desc=f"epoch {epoch}", unit="batch", disable=not show, leave=False)
     for batch in bar:
-        loss_sum += float(train_step(trainer, optimizer, batch.to(device), cfg.detach, cfg.clip, cfg.precision))
+        loss_sum += float(train_step(trainer, optimizer, batch.to(device), cfg.detach, cfg.clip, precision))
         token_count += batch.num_tokens
         if show:
             bar.set_postfix(ppl=f"{math.exp(loss_sum / token_count):.1f}", refresh=False)
@@ -248,7 +270,8 @@ def _load_resume(directory: Path, model: LanguageModel, optimizer: torch.optim.O
     if saved_model_cfg != model_cfg:
         raise ValueError(f"{directory}: cannot resume, the model config differs from the saved one")
     saved_train = meta["train_config"]
-    free = ("epochs", "num_threads", "device")  # may change between sessions without changing the training
+    # may change between sessions without changing the training (``auto`` precision follows the machine)
+    free = ("epochs", "num_threads", "device") + (("precision",) if cfg.precision == "auto" else ())
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # options added since it was saved
     changed = sorted(k for k, v in cfg.to_dict().items()
                      if k not in free and saved_train.get(k, defaults[k]) != v)

@@ -49,7 +49,7 @@ _HELP = {
     "init_range": "uniform init range", "detach": "FPI|theta: no gradient through earlier iterations",
     "seed": "random seed", "device": "auto, cpu, cuda, cuda:N", "num_threads": "CPU threads",
     "max_train_sentences": "use only the first N training sentences",
-    "precision": "fp32, or bf16 (bfloat16 autocast in the training forward pass)",
+    "precision": "fp32, bf16 (bfloat16 autocast in the training forward pass), or auto (bf16 where the device computes it natively: CUDA, AVX512-BF16/AMX CPUs)",
 }
 
 

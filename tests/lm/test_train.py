@@ -132,3 +132,35 @@ def test_precision_is_checked_and_fixed_across_resume(tmp_path, corpus):
     state_path.write_text(json.dumps(state))
     resumed = train(fields, config(corpus).replace(epochs=2), tmp_path / "run", resume=True, progress=False)
     assert [m["epoch"] for m in resumed.metrics] == [1, 2]
+
+
+def test_auto_precision_follows_the_device(tmp_path, corpus, monkeypatch):
+    import lm.train as train_module
+
+    assert train_module.resolve_precision("fp32", torch.device("cuda")) == "fp32"
+    assert train_module.resolve_precision("bf16", torch.device("cpu")) == "bf16"
+    assert train_module.resolve_precision("auto", torch.device("cuda")) == "bf16"
+    fields = {"mode": "afp", "rho": 2, "hidden": 12}
+    for native, expected in ((False, "fp32"), (True, "bf16")):
+        monkeypatch.setattr(train_module, "native_bf16", lambda device, native=native: native)
+        assert train_module.resolve_precision("auto", torch.device("cpu")) == expected
+        run = train(fields, config(corpus, precision="auto").replace(epochs=1), tmp_path / expected, progress=False)
+        assert [m["precision"] for m in run.metrics] == [expected]
+    # an auto run resumes on a machine that resolves it otherwise (the bf16 run goes on in fp32)
+    resumed = train(fields, config(corpus, precision="auto").replace(epochs=2), tmp_path / "bf16", resume=True,
+                    progress=False)
+    assert [m["precision"] for m in resumed.metrics] == ["bf16", "bf16"]
+    monkeypatch.setattr(train_module, "native_bf16", lambda device: False)
+    resumed = train(fields, config(corpus, precision="auto").replace(epochs=3), tmp_path / "bf16", resume=True,
+                    progress=False)
+    assert [m["precision"] for m in resumed.metrics] == ["bf16", "bf16", "fp32"]
+
+
+def test_native_bf16_reads_the_cpu_flags():
+    from lm.train import native_bf16
+
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    expected = "avx512_bf16" in flags or "amx_bf16" in flags
+    if flags:
+        assert native_bf16(torch.device("cpu")) is expected
+    assert native_bf16(torch.device("meta")) is False
