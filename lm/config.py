@@ -198,7 +198,7 @@ class TrainConfig(_JsonConfig):
     optimizer and validation stay float32): an epoch takes 0.57x-0.72x of the float32 time on a
     CPU with AVX512-BF16/AMX (``bench.epoch_timing --precision fp32 bf16``); the output-layer
     matmul dominates, so GPUs should gain as well. A CPU without native bfloat16 (AVX2 only)
-    emulates it and trains about 20x slower: ``auto`` picks bf16 on CUDA and on CPUs with
+    emulates it and trains an order of magnitude slower: ``auto`` picks bf16 on CUDA and on CPUs with
     AVX512-BF16 or AMX, else fp32 (:func:`lm.train.resolve_precision`).
     """
 
