@@ -23,6 +23,7 @@ successors of the new states.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import torch
@@ -87,16 +88,41 @@ class Expansion:
         return int(self.src.shape[0])
 
 
+def lm_symbol_ids(symbols: Sequence[str], ids: Iterable[int], skip: Iterable[str] = DEFAULT_SKIP) -> list[int]:
+    """Those of the symbol ids ``ids`` that are LM words: not epsilon (id 0), not empty, not in ``skip``.
+
+    Only ``symbols[i]`` for ``i`` in ``ids`` is read, so the cost is ``len(ids)``, not the table's size.
+    """
+    skip = skip if isinstance(skip, AbstractSet) else frozenset(skip)
+    return [i for i in ids if i != 0 and symbols[i] and symbols[i] not in skip]
+
+
 def word_map(symbols: Sequence[str], word_ids: Tensor, skip: Iterable[str] = DEFAULT_SKIP) -> Tensor:
     """int64 ``(len(symbols),)``: model id of each lattice symbol, ``PAD`` for skipped ones.
 
-    ``word_ids`` holds the model's id for every symbol (from ``ContextScorer.word_ids``).
+    ``word_ids`` holds the model's id for every symbol (from ``ContextScorer.word_ids``). This
+    reads every symbol of the table; per lattice, :func:`lattice_word_map` reads only the used ones.
     """
-    skip = set(skip)
-    mapping = word_ids.to(torch.int64).clone()
-    skipped = [i for i, s in enumerate(symbols) if i == 0 or s in skip or not s]
-    mapping[torch.tensor(skipped, dtype=torch.int64, device=mapping.device)] = PAD
+    mapping = torch.full((len(symbols),), PAD, dtype=torch.int64, device=word_ids.device)
+    words = torch.tensor(lm_symbol_ids(symbols, range(len(symbols)), skip), dtype=torch.int64, device=mapping.device)
+    mapping[words] = word_ids.to(torch.int64)[words]
     return mapping
+
+
+def lattice_word_map(lattice: Lattice, skip: Iterable[str] = DEFAULT_SKIP) -> Tensor:
+    """int64 ``(len(lattice.symbols),)`` on the lattice's device: each symbol's own id where the
+    lattice uses it as an LM word, ``PAD`` for skipped and unused symbols (an identity
+    :func:`word_map` for this lattice).
+
+    Only the symbols the lattice uses (``torch.unique(lattice.words)``) are read, so the Python
+    work is proportional to them, not to the symbol table (a 200k-word ``words.txt`` costs one
+    tensor fill, not 200k lookups).
+    """
+    used = torch.unique(lattice.words).tolist()
+    mapping = torch.full((len(lattice.symbols),), PAD, dtype=torch.int64)
+    words = torch.tensor(lm_symbol_ids(lattice.symbols, used, skip), dtype=torch.int64)
+    mapping[words] = words
+    return mapping.to(lattice.device)
 
 
 def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
@@ -104,7 +130,8 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
     """Expand ``lattice`` so that every state knows its last ``rho`` LM tokens.
 
     Args:
-      lm_word_of_symbol: int64 ``(len(lattice.symbols),)`` from :func:`word_map`.
+      lm_word_of_symbol: int64 ``(len(lattice.symbols),)`` from :func:`word_map` or
+        :func:`lattice_word_map`.
       rho: the model's context size (>= 1).
       bos_id: the model's ``<s>`` id; every history starts with it.
       max_arcs: raise :class:`ExpansionTooLarge` once the expansion has more arcs than this.

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, word_map
+from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, lattice_word_map
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, score_lattice
@@ -199,7 +199,7 @@ def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: fl
     (the first-pass combination of :mod:`lattices.scored`: every named score at its weight, the
     old LM in full, and the word penalty), by forward-backward Viterbi. Returns the pruned
     lattice and a report of what was removed."""
-    is_word = (word_map(lattice.symbols, torch.zeros(len(lattice.symbols), dtype=torch.int64), skip) >= 0)
+    is_word = lattice_word_map(lattice, skip) >= 0
     weights = dict(score_weights)
     scores = word_penalty * is_word.to(lattice.device)[lattice.words].to(torch.float64)
     final_scores = torch.zeros(lattice.finals.shape[0], dtype=torch.float64, device=lattice.device)

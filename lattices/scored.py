@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, word_map
-from lattices.lattice import Lattice
+from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, lattice_word_map
+from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import unique_rows
 from lattices.scorer import ContextScorer
 from lattices.search import Dag
@@ -189,8 +189,30 @@ def lm_scores(expansion: Expansion, scorer: ContextScorer, model_ids: Tensor) ->
     values = values.to(device=device, dtype=torch.float64)[pair_index]
     arc_lm = torch.zeros(expansion.num_arcs, dtype=torch.float64, device=device)
     arc_lm[scored] = values[: scored.shape[0]]
+    _check_predicted(expansion, arc_lm)
     counts = {"unique_contexts": int(used_contexts.shape[0]), "scored_pairs": int(pairs.shape[0])}
     return arc_lm, values[scored.shape[0]:], counts
+
+
+def _check_predicted(expansion: Expansion, arc_lm: Tensor) -> None:
+    """Raise :class:`LatticeFormatError` naming the first lattice word that ``arc_lm`` (float64
+    ``(X,)``) gives probability 0: a symbol the model blocks (``#1``, ``<s>`` or ``<eps>`` that
+    the skip list does not skip) would make every path through it -inf and leave no best path."""
+    bad = ~torch.isfinite(arc_lm)
+    if not bool(bad.any()):
+        return
+    lattice = expansion.lattice
+    arc = int(expansion.arc_orig[bad.nonzero()[0, 0]])
+    word = lattice.symbols[int(lattice.words[arc])]
+    if len(word) > 1 and word[0] == "#" and word[1:].isdigit():
+        kind = "a disambiguation symbol"
+    else:
+        kind = {"<s>": "the sentence-start symbol", "<eps>": "the epsilon symbol"}.get(word, "a symbol")
+    raise LatticeFormatError(
+        f"word {word!r} on arc {arc} (state {int(lattice.src[arc])} -> {int(lattice.dst[arc])}) is {kind} the "
+        "language model never predicts (probability 0): remove it from the lattice (Kaldi: fstrmsymbols, or "
+        "lattice-project) or, from Python, add it to the skipped symbols (RescoreOptions.skip_words)",
+        key=lattice.key, field="words")
 
 
 def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextScorer | None = None,
@@ -205,6 +227,8 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
       old_lm_score: which named score is the old LM (default ``lm``, else ``graph``).
       acoustic_scale, word_penalty: the defaults of ``w_acoustic`` and the word penalty.
       max_arcs, deadline: the expansion's budget and time limit.
+    Raises :class:`LatticeFormatError` for a lattice word a scorer gives probability 0 (a symbol
+    the model never predicts, such as ``#1``, that ``skip`` does not skip).
     """
     sizes = [s.context_size for s in (scorer, old_lm) if s is not None]
     if any(size is None for size in sizes):
@@ -214,7 +238,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
     device = lattice.device
     symbols = lattice.symbols
     bos = len(symbols)
-    identity = word_map(symbols, torch.arange(len(symbols), dtype=torch.int64), skip)
+    identity = lattice_word_map(lattice, skip)  # reads the used symbols only, never the whole table
     used = torch.unique(lattice.words)
     tick = time.perf_counter()
     expansion = expand(lattice, identity, max(sizes), bos, max_arcs, deadline)  # type: ignore[arg-type]

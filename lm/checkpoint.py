@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from lm.config import ModelConfig, read_json_file
@@ -126,6 +126,16 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, Vocabulary, dict[st
     return config, vocab, training
 
 
+def _wrong_shapes(model: LanguageModel, weights: Path) -> list[str]:
+    """``"name: shape in file, shape the config gives"`` for every stored tensor whose shape differs
+    from the model's (read from the safetensors header only; no tensor is loaded)."""
+    expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
+    with safe_open(str(weights), framework="pt") as stored:
+        shapes = {name: tuple(stored.get_slice(name).get_shape()) for name in stored.keys()}
+    return [f"{name} is {list(shape)} in the weights but {list(expected[name])} by the config"
+            for name, shape in shapes.items() if name in expected and shape != expected[name]]
+
+
 def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Load a checkpoint directory onto ``device``; the model is returned in eval mode."""
     directory = Path(directory)
@@ -135,11 +145,12 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
     if not weights.is_file():
         raise CheckpointError(f"{weights}: no such file")
     try:
+        wrong = _wrong_shapes(model, weights)
+        if wrong:  # checked before loading: any RuntimeError of the load itself keeps its own message
+            raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: {'; '.join(wrong)}")
         missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
-    except RuntimeError as err:  # shape mismatch reported by load_state_dict
-        raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: {err}") from None
     if missing or unexpected:
         raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: missing {sorted(missing)}, "
                               f"unexpected {sorted(unexpected)}")

@@ -9,7 +9,8 @@ Commands:
   afp tune   [--model DIR] --refs REFS [grid] INPUT...          choose weights on a dev set by WER
 
 Without ``--model`` the bundled default model is used (see :mod:`service.defaults`).
-Errors in user input print one line ``afp: error: ...`` and exit with status 2.
+Errors in user input print one line ``afp: error: ...`` and exit with status 2; when standard
+output is closed early (``afp rescore ... | head``) the command stops quietly with status 141.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import typing
 from collections.abc import Sequence
@@ -354,7 +356,9 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
 
 
-def _read_symbols(path: str) -> list[str]:
+def _read_symbols(path: str) -> tuple[str, ...]:
+    """``--words``, read once per command; one tuple that every lattice of the job shares (the
+    readers index it once)."""
     from lm.vocab import parse_symbol_table
 
     try:
@@ -366,7 +370,7 @@ def _read_symbols(path: str) -> list[str]:
     words = parse_symbol_table(text, source=path)
     if words[0] != "<eps>":
         raise CLIError(f"{path}: id 0 must be <eps>, got {words[0]!r}")
-    return words
+    return tuple(words)
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -502,12 +506,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = argv
     try:
         args.func(args)
+        sys.stdout.flush()  # a reader that went away (afp ... | head) is noticed here, not at exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141  # what a shell reports for a tool ended by SIGPIPE
     except (CLIError, ValueError, OSError) as err:
         print(f"afp: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at interpreter exit does not raise
+    BrokenPipeError again (Python's documented recipe for SIGPIPE, in the ``signal`` module)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

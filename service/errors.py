@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import Request
@@ -41,6 +42,24 @@ def from_exception(err: Exception) -> APIError:
     raise err
 
 
+def json_body_error(err: BaseException | None) -> APIError | None:
+    """The 422 for a request body that cannot be read as JSON: not UTF-8, malformed, or nested too
+    deeply for the parser (``None`` when ``err`` is none of these)."""
+    if isinstance(err, UnicodeDecodeError):
+        return APIError(422, "invalid_request", f"the body is not UTF-8 text (byte {err.start}): JSON is sent as UTF-8")
+    if isinstance(err, json.JSONDecodeError):
+        return APIError(422, "invalid_request", f"the body is not valid JSON: {err.msg} (line {err.lineno}, column "
+                                                f"{err.colno})")
+    if isinstance(err, RecursionError):
+        return APIError(422, "invalid_request", "the JSON body is nested too deeply")
+    return None
+
+
+def empty_body_error(expected: str) -> APIError:
+    """The 422 for an empty (or blank) request body; ``expected`` says what to send."""
+    return APIError(422, "invalid_request", f"the request body is empty: send {expected}")
+
+
 def error_response(err: APIError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
@@ -58,8 +77,12 @@ async def handle_validation_error(request: Request, err: Exception) -> JSONRespo
     assert isinstance(err, RequestValidationError)
     first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    api = APIError(422, "invalid_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg")),
-                   field=where or None)
+    api = json_body_error(err.__cause__)  # FastAPI raises it from the JSONDecodeError of the body
+    if api is None and tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
+        api = empty_body_error("a JSON object")
+    if api is None:
+        api = APIError(422, "invalid_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg")),
+                       field=where or None)
     return await handle_api_error(request, api)
 
 
@@ -68,8 +91,9 @@ async def handle_http_exception(request: Request, err: Exception) -> JSONRespons
     from starlette.exceptions import HTTPException
 
     assert isinstance(err, HTTPException)
-    if err.status_code == 400:
-        api = APIError(422, "invalid_request", f"the request body cannot be parsed: {err.detail}")
+    if err.status_code == 400:  # FastAPI's body parsing: the cause says what was wrong with the body
+        api = json_body_error(err.__cause__) or APIError(422, "invalid_request",
+                                                         f"the request body cannot be parsed: {err.detail}")
     else:
         api = APIError(err.status_code, "http_error", str(err.detail))
     return await handle_api_error(request, api)

@@ -6,6 +6,7 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
   AFP_DEVICE               auto | cpu | cuda | cuda:N
   AFP_HOST, AFP_PORT       where ``afp serve`` listens
   AFP_MAX_BODY_BYTES       largest request body (413 above)
+  AFP_MAX_JSON_DEPTH       deepest nesting of [ and { in a JSON body (422 above)
   AFP_MAX_LATTICE_ARCS     largest input lattice (422 above)
   AFP_MAX_LATTICES         most lattices in one request
   AFP_MAX_EXPANDED_ARCS    expansion budget per lattice (422 above, unless the request allows pruning)
@@ -44,6 +45,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
 
     max_body_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    max_json_depth: int = Field(default=64, gt=0)
     max_lattice_arcs: int = Field(default=500_000, gt=0)
     max_lattices: int = Field(default=1000, gt=0)
     max_expanded_arcs: int = Field(default=5_000_000, gt=0)

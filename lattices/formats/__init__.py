@@ -71,7 +71,8 @@ def guess_format(data: bytes | str) -> str:
     ``"json"``. Text is ``"srilm-nbest"`` when its first non-blank line is an ``NBestList1.0`` /
     ``NBestList2.0`` header or a ``(bytelog)`` score, or when every line looks like
     ``number number nwords w1 .. w_nwords`` (not two state ids, as OpenFst arcs start). Bytes
-    that start with a key, a space and an OpenFst FST are a binary Kaldi archive (``"kaldi"``)."""
+    that start with a key, a space and an OpenFst FST are a binary Kaldi archive (``"kaldi"``);
+    blank data is an empty Kaldi archive (``"kaldi"``: no lattices)."""
     if isinstance(data, bytes):
         from lattices.formats.kaldi_binary import looks_like_kaldi_binary
 
@@ -81,7 +82,9 @@ def guess_format(data: bytes | str) -> str:
             return "k2"  # torch.save zip archive (or a legacy pickle, which read_k2 refuses)
         data = data[:4096].decode("utf-8", errors="replace")
     head = data.lstrip()
-    if head[:1] in "{[":
+    if not head:
+        return "kaldi"
+    if head[0] in "{[":
         window = head[:4096]
         nbest, lattice = _NBEST_JSON.search(window), _LATTICE_JSON.search(window)
         if nbest and (lattice is None or nbest.start() < lattice.start()):
@@ -173,6 +176,8 @@ def read_json_lattices(text: str, source: str | None = None) -> list[Lattice]:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
         raise LatticeFormatError(f"invalid JSON: {err.msg}", source=source, line=err.lineno) from None
+    except RecursionError:  # as lattice_from_json and nbest_from_json say it
+        raise LatticeFormatError("invalid JSON: nested too deeply", source=source) from None
     if isinstance(obj, dict) and "lattices" in obj:
         obj = obj["lattices"]
     items = obj if isinstance(obj, list) else [obj]

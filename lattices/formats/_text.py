@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -264,7 +265,9 @@ def resolve_words(graphs: Sequence[GraphText], symbols: Sequence[str] | None,
 
     If every label is an integer, labels are ids into ``symbols`` (required; each id must name an
     entry). Otherwise labels are words: a word of ``symbols`` keeps its id, ``<eps>`` is id 0, and
-    unseen words are appended in order of appearance. All graphs share the returned table.
+    unseen words are appended in order of appearance. All graphs share the returned table, which
+    is ``symbols`` itself (not a copy) when it is a tuple and no word had to be appended; its
+    word index is built once per table (:func:`symbol_index`).
     """
     table = checked_symbols(symbols, source)
     if any(g.word_tokens for g in graphs) and all(is_int(t) for g in graphs for t in g.word_tokens):
@@ -282,23 +285,49 @@ def resolve_words(graphs: Sequence[GraphText], symbols: Sequence[str] | None,
                                       line, g.word_field)
             ids.append(row)
         return table, ids, True
-    words = list(table or (EPSILON,))
-    index: dict[str, int] = {}
-    for i, word in enumerate(words):
-        if word:
-            index.setdefault(word, i)
-    index[EPSILON] = 0
+    base = table or (EPSILON,)
+    index = symbol_index(table) if table else {EPSILON: 0}
+    added: dict[str, int] = {}  # unseen words, appended after the table in order of appearance
     ids = []
     for g in graphs:
         row = []
         for token in g.word_tokens:
             word_id = index.get(token)
             if word_id is None:
-                word_id = index[token] = len(words)
-                words.append(token)
+                word_id = added.setdefault(token, len(base) + len(added))
             row.append(word_id)
         ids.append(row)
-    return tuple(words), ids, False
+    return (base + tuple(added) if added else base), ids, False
+
+
+_INDEX_CACHE_SIZE = 4
+_index_cache: dict[int, tuple[tuple[str, ...], dict[str, int]]] = {}
+_index_lock = threading.Lock()
+
+
+def symbol_index(table: tuple[str, ...]) -> dict[str, int]:
+    """``{word: id}`` of a symbol table (the first id of each non-empty word; ``<eps>`` is 0). Do
+    not change the returned dict.
+
+    Cached by the table's *identity* for the last :data:`_INDEX_CACHE_SIZE` tables (an entry
+    keeps its table alive, so its ``id`` cannot be reused while cached): readers given the same
+    tuple for many archives (``afp rescore --words``, the server's parsed ``words``) index it
+    once. Indexing a 200k-entry table takes ~50 ms; hashing it for an ``lru_cache`` ~1.5 ms per
+    call, this lookup nothing. A new tuple with the same words is indexed anew.
+    """
+    cached = _index_cache.get(id(table))
+    if cached is not None and cached[0] is table:
+        return cached[1]
+    index: dict[str, int] = {}
+    for i, word in enumerate(table):
+        if word:
+            index.setdefault(word, i)
+    index[EPSILON] = 0
+    with _index_lock:
+        while len(_index_cache) >= _INDEX_CACHE_SIZE:
+            del _index_cache[next(iter(_index_cache))]
+        _index_cache[id(table)] = (table, index)
+    return index
 
 
 def print_order(lattice: Lattice) -> list[tuple[bool, int]]:

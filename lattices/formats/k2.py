@@ -98,7 +98,7 @@ def read_k2(obj: Mapping[str, Any] | Sequence[Mapping[str, Any]], symbols: Seque
     for d, prefix in zip(dicts, prefixes):
         pieces += _split(d, prefix, source, key)
     if symbols is not None:
-        table = tuple(str(s) for s in symbols)
+        table = tuple(symbols)  # the caller's tuple itself: lattices share it, nothing walks it per lattice
         if not table:
             raise LatticeFormatError("the symbol table is empty", source=source, key=key, field="symbols")
         synthesized = False

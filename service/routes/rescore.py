@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from service.deps import RuntimeDep, in_worker
 from service.engine import rescore_request
-from service.errors import APIError
+from service.errors import APIError, empty_body_error, json_body_error
 from service.schemas import KALDI_EXAMPLE, ErrorResponse, RescoreOptionsModel, RescoreRequest, RescoreResponse
 
 router = APIRouter(tags=["rescoring"])
@@ -56,12 +56,14 @@ async def rescore(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
     results (one per lattice and LM weight)."""
     body = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not body.strip():
+        raise empty_body_error("a lattice archive as text/plain, or a JSON RescoreRequest")
     try:
         if content_type == "application/json":
             try:
                 data = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise APIError(422, "invalid_request", f"body is not valid JSON: {err}") from None
+            except (ValueError, RecursionError) as err:
+                raise (json_body_error(err) or err) from None
             parsed = RescoreRequest.model_validate(data)
         else:
             try:

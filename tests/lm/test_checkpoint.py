@@ -95,3 +95,23 @@ def test_tying_needs_matching_widths():
 
     with pytest.raises(ValueError, match="tie_weights"):
         build_model(ModelConfig(vocab_size=10, cell="scrn", context_units=2, tie_weights=True))
+
+
+def test_only_a_shape_mismatch_is_reported_as_a_config_mismatch(tmp_path, monkeypatch):
+    directory = saved_model(tmp_path / "m")
+    config = json.loads((directory / "config.json").read_text())
+    config["model"]["hidden"] = 16
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"does not match .*embedding.weight is \[16, 8\] in the weights but "
+                                              r"\[16, 16\] by the config"):
+        load_checkpoint(directory)
+    config["model"]["hidden"] = 8
+    (directory / "config.json").write_text(json.dumps(config))
+
+    def failing_load(*args, **kwargs):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr("lm.checkpoint.load_model", failing_load)
+    with pytest.raises(RuntimeError, match="^CUDA error: out of memory$") as info:
+        load_checkpoint(directory)
+    assert not isinstance(info.value, CheckpointError)
