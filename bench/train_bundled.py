@@ -36,7 +36,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # switchboard + meetings + conversational-text (2.7M words), concatenated in this order
         "train": [SHARED_DATA / name / "train.txt" for name in CONVERSATIONAL],
         "valid": [SHARED_DATA / name / "valid.txt" for name in CONVERSATIONAL],
-        "epochs": 8,
+        "epochs": 3,  # ~18 min per epoch for GRU-256 in fp32 on 2 CPU cores
         "max_rho": 5,
         "rescoring_cost": True,  # measured on the AMI lattices, the domain of this model
         "store_dtype": "bfloat16",
@@ -44,7 +44,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "licence": ("Switchboard (SwDA transcripts): CC BY-NC-SA 3.0, research use, the model inherits the "
                     "non-commercial term; AMI and ICSI meeting transcripts (QMSum release): CC BY 4.0, QMSum MIT; "
                     "conversational-text: Mikolov rnnlm toolkit example data, BSD-style"),
-        # the sweep: 2 epochs each (--epochs 2), then the best continues to the preset's epochs
+        # the sweep: 1 epoch each (--epochs 1), then the best continues to the preset's epochs
+        # (--only NAME). On 2 CPU cores the sweep that ran was rho 3, rho 4 and the LSTM: rho 5 expands the
+        # AMI lattices to 2.6x the arcs of rho 4 (bench/results/rescoring_cpu.json), GRU-512 trains ~3x slower
         "candidates": {
             **{f"gru-h256-rho{r}": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": r, "dropout": 0.2,
                                     "softmax": "adaptive"} for r in (3, 4, 5)},
