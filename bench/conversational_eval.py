@@ -1,6 +1,6 @@
 """Compare conversational models on every conversational validation set, fairly.
 
-  python -m bench.conversational_eval models/conversational-small models/conversational
+  python -m bench.conversational_eval models/conversational-text models/conversational
 
 Models with different vocabularies cannot be compared by their own perplexities (a small
 vocabulary maps more words to ``<unk>``, whose probability is high, and looks better). Besides
