@@ -20,7 +20,8 @@ import torch
 
 from lattices.expand import DEFAULT_SKIP, PAD, expand, word_map
 from lattices.lattice import Lattice
-from lattices.search import Dag, k_best_distinct
+from lattices.kbest import k_best_distinct
+from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.corpus import encode
 from lm.evaluate import score_corpus
@@ -49,7 +50,7 @@ def nbest_rescore(lattice: Lattice, rnn: LoadedModel, n: int, acoustic_scale: fl
     dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, own, lattice.finals,
               acoustic_scale * lattice.final_acoustic + lattice.final_graph, lattice.levels)
     labels = torch.where(word_arc, lattice.words, -1)
-    hyps = k_best_distinct(dag, labels, n, max_paths=max(4096, 16 * n))
+    hyps = k_best_distinct(dag, labels, n)
     listed = _sync(device)
     sentences = [[lattice.symbols[i] for i in labels[arcs].tolist() if i >= 0] for _, arcs in hyps]
     lm = [float(t.sum()) for t in score_corpus(rnn.model, encode(sentences, rnn.vocab), batch_size=256).token_logprobs]

@@ -226,9 +226,11 @@ class Lattice:
             if values.numel() and not bool(torch.isfinite(values).all()):
                 index = int((~torch.isfinite(values)).nonzero()[0])
                 fail(f"entry {index} is {float(values[index])}, weights must be finite", name)
-        levels = self._compute_levels()
+        levels = self.__dict__.get("levels")
+        levels = self._compute_levels() if levels is None else levels
         if levels is None:
             fail("has a cycle; lattices must be acyclic")
+        self.__dict__["levels"] = levels  # the cached property, computed once
         reach = self._reachable(forward=True, levels=levels)
         if not bool(reach.all()):
             fail(f"state {int((~reach).nonzero()[0])} is unreachable from the start state {self.start}")
@@ -292,13 +294,18 @@ class Lattice:
         return torch.argsort(self.levels, stable=True)
 
     def arcs_leaving(self, states: Tensor) -> Tensor:
-        """int64: ids of all arcs whose source is in ``states`` (grouped by state, in ``states`` order)."""
-        order = self._arcs_by_src
-        return _arcs_leaving(self.src[order], order, states)
+        """int64: ids of all arcs whose source is in ``states`` (grouped by state, in ``states`` order).
+
+        Costs the number of those arcs (and a binary search per state), not the lattice's size."""
+        return _arcs_leaving(self._sorted_src, self._arcs_by_src, states)
 
     @cached_property
     def _arcs_by_src(self) -> Tensor:
         return torch.argsort(self.src, stable=True)
+
+    @cached_property
+    def _sorted_src(self) -> Tensor:
+        return self.src[self._arcs_by_src]
 
     @cached_property
     def out_degree(self) -> Tensor:

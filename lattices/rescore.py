@@ -30,11 +30,12 @@ import torch
 from torch import Tensor
 
 from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, lattice_word_map
+from lattices.kbest import search_distinct
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, score_lattice
 from lattices.scorer import ContextScorer
-from lattices.search import Dag, k_best_distinct, segment_logsumexp
+from lattices.search import Dag, segment_logsumexp
 
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 DECODERS = ("viterbi", "mbr")
@@ -58,6 +59,12 @@ class RescoreOptions:
     ``old_lm_score``: the named score that is the old LM (default ``lm``, else ``graph``).
     ``decode``: ``viterbi`` or ``mbr``; ``mbr_nbest`` distinct hypotheses form MBR's hypothesis and
     evidence space, with posteriors ``softmax(mbr_scale * total)``.
+    ``max_kbest_paths``: the n-best search (:mod:`lattices.kbest`) expands at most
+    ``max_kbest_paths * S`` (state, word prefix) nodes of the ``S``-state expanded lattice, on
+    average that many partial word sequences per state; None: the number of hypotheses it looks
+    for (``nbest``, ``mbr_nbest`` for MBR, every hypothesis of an n-best list). Where it stops
+    early, the result has fewer hypotheses (still the best ones, in order) and its
+    ``nbest_complete`` is false; the best path is always found.
     """
 
     lm_weights: tuple[float, ...] = (1.0,)
@@ -70,7 +77,7 @@ class RescoreOptions:
     posteriors: bool = False
     return_lattice: bool = False
     skip_words: frozenset[str] = DEFAULT_SKIP
-    max_kbest_paths: int = 4096
+    max_kbest_paths: int | None = None
     auto_prune: bool = False
     deadline: float | None = None
     score_weights: tuple[tuple[str, float], ...] = ()
@@ -102,6 +109,8 @@ class RescoreOptions:
             raise ValueError(f"nbest must be at least 1, got {self.nbest}")
         if self.prune_beam is not None and not self.prune_beam >= 0:
             raise ValueError(f"prune_beam must be >= 0, got {self.prune_beam}")
+        if self.max_kbest_paths is not None and self.max_kbest_paths < 1:
+            raise ValueError(f"max_kbest_paths must be positive, got {self.max_kbest_paths}")
         if self.max_expanded_arcs is not None and self.max_expanded_arcs < 1:
             raise ValueError(f"max_expanded_arcs must be positive, got {self.max_expanded_arcs}")
 
@@ -159,7 +168,10 @@ class Hypothesis:
 
 @dataclass
 class RescoreResult:
-    """The outcome for one lattice and one LM weight."""
+    """The outcome for one lattice and one LM weight.
+
+    ``kbest_expanded``: (state, word prefix) nodes the n-best search expanded; ``nbest_complete``:
+    false when it stopped at ``max_kbest_paths`` before finding every hypothesis asked for."""
 
     key: str
     lm_weight: float
@@ -177,6 +189,8 @@ class RescoreResult:
     decode: str = "viterbi"
     score_weights: dict[str, float] = field(default_factory=dict)
     unk_penalty: float = 0.0
+    kbest_expanded: int = 0
+    nbest_complete: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """The JSON line of ``afp rescore --json`` (without the rescored lattice)."""
@@ -186,6 +200,7 @@ class RescoreResult:
                "decode": self.decode, "lm_weight": self.lm_weight, "acoustic_scale": self.acoustic_scale,
                "old_lm_weight": self.old_lm_weight, "word_penalty": self.word_penalty,
                "unk_penalty": self.unk_penalty, "score_weights": self.score_weights,
+               "kbest_expanded": self.kbest_expanded, "nbest_complete": self.nbest_complete,
                **self.stats, "pruned": self.pruned, "seconds": self.seconds["total"], "timing": self.seconds}
         if self.arc_posteriors is not None:
             out["best"]["word_posteriors"] = self.arc_posteriors[self.best.arcs].tolist()
@@ -276,8 +291,10 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
         dag = dataclasses.replace(scored.dag(vector), deadline=options.deadline)
         count = max(options.nbest, options.mbr_nbest if options.decode == "mbr" else 1)
         is_nbest = "nbest" in lattice.meta and "hypothesis" in lattice.final_extra
-        found = k_best_distinct(dag, labels, max(count, int(lattice.meta["nbest"])) if is_nbest else count,
-                                options.max_kbest_paths)
+        wanted = max(count, int(lattice.meta["nbest"])) if is_nbest else count
+        per_state = options.max_kbest_paths if options.max_kbest_paths is not None else wanted
+        search = search_distinct(dag, labels, wanted, per_state * max(dag.num_states, 1))
+        found = search.found or [dag.best_path()]  # stopped before the first: the best path is the best sequence
         ranked = [_hypothesis(scored, arcs, score) for score, arcs in found]
         if is_nbest:  # every hypothesis was listed: order equal scores by the recogniser's rank
             ranked = sorted(ranked, key=lambda h: (-h.score, h.rank))[:count]
@@ -299,7 +316,7 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
             nbest=ranked[: options.nbest], stats=scored.stats, pruned=scored.pruned,
             arc_posteriors=posteriors.cpu() if posteriors is not None else None, lattice=rescored, seconds=timing,
             first_pass=first, decode=options.decode, score_weights=dict(zip(scored.named, vector.tolist())),
-            unk_penalty=options.unk_penalty))
+            unk_penalty=options.unk_penalty, kbest_expanded=search.expanded, nbest_complete=not search.truncated))
     return results
 
 

@@ -1,8 +1,13 @@
-"""Searches over a weighted DAG: best path, forward-backward (max and log-sum), exact k-best.
+"""Searches over a weighted DAG: best path, forward-backward (max and log-sum), exact k-best paths.
+
+(The k best distinct label sequences: :mod:`lattices.kbest`.)
 
 All work on a :class:`Dag`: arcs with one total score each, final states with a final score,
 and a level per state (every arc goes to a deeper level). Each algorithm runs one tensor step
-per level, never a Python loop over arcs, on whatever device the tensors live on.
+per level, never a Python loop over arcs, on whatever device the tensors live on; a level's
+step reads and writes that level's states and arcs only (gathered into and scattered out of
+the level's slice), so a pass costs time linear in the graph however many levels it has (a
+frame-level lattice has one per frame).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from lattices.ops import check_deadline, group_by
+from lattices.ops import check_deadline, segment_index
 
 NEG_INF = -math.inf
 
@@ -48,16 +53,18 @@ class Dag:
         """The same graph with other scores (keeps the cached level grouping)."""
         other = Dag(self.num_states, self.start, self.src, self.dst, score, self.finals, final_score, self.level,
                     self.deadline)
-        other.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("_by_dst_level", "_by_src_level")})
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("_into_level", "_out_of_level")})
         return other
 
     @cached_property
-    def _by_dst_level(self) -> list[Tensor]:
-        return group_by(self.level[self.dst])
+    def _into_level(self) -> _LevelArcs:
+        """Arcs grouped by the level of their destination (forward passes)."""
+        return _LevelArcs.group(self.dst, self.level)
 
     @cached_property
-    def _by_src_level(self) -> list[Tensor]:
-        return list(reversed(group_by(self.level[self.src])))
+    def _out_of_level(self) -> _LevelArcs:
+        """Arcs grouped by the level of their source (backward passes)."""
+        return _LevelArcs.group(self.src, self.level)
 
     def _final_vector(self) -> Tensor:
         out = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
@@ -68,20 +75,24 @@ class Dag:
         """float ``(S,)``: best (or log-summed) score of reaching each state from the start."""
         alpha = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
         alpha[self.start] = 0.0
-        reduce = _scatter_logsumexp if log_sum else _scatter_max
-        for arcs in self._by_dst_level:
-            check_deadline(self.deadline)
-            alpha = reduce(alpha, self.dst[arcs], alpha[self.src[arcs]] + self.score[arcs])
-        return alpha
+        return self._sweep(alpha, self._into_level, self.src, log_sum, reverse=False)
 
     def backward(self, log_sum: bool = False) -> Tensor:
         """float ``(S,)``: best (or log-summed) score from each state to the end, final score included."""
-        beta = self._final_vector()
+        return self._sweep(self._final_vector(), self._out_of_level, self.dst, log_sum, reverse=True)
+
+    def _sweep(self, values: Tensor, groups: _LevelArcs, other_end: Tensor, log_sum: bool, reverse: bool) -> Tensor:
+        """Fold every arc into ``values`` (float ``(S,)``, changed in place and returned) at its
+        grouped end: ``values[end] = reduce(values[end], values[other end] + score)`` over the arcs
+        into each end state, one level at a time, touching only that level's states and arcs."""
         reduce = _scatter_logsumexp if log_sum else _scatter_max
-        for arcs in self._by_src_level:
+        source, score = other_end[groups.arcs], self.score[groups.arcs]
+        levels = range(groups.num_levels - 1, -1, -1) if reverse else range(groups.num_levels)
+        for i in levels:
             check_deadline(self.deadline)
-            beta = reduce(beta, self.src[arcs], beta[self.dst[arcs]] + self.score[arcs])
-        return beta
+            arcs, states = groups.level(i)
+            values[states] = reduce(values[states], groups.local[arcs], values[source[arcs]] + score[arcs])
+        return values
 
     def arc_posteriors(self) -> Tensor:
         """float ``(X,)``: posterior probability of each arc (log-sum forward-backward)."""
@@ -96,9 +107,34 @@ class Dag:
 
     # ------------------------------------------------------------------ best and k-best paths
     def best_path(self) -> tuple[float, Tensor]:
-        """The best complete path: ``(score, arcs)`` with ``arcs`` int64 in path order."""
-        scores, paths = self.k_best_paths(1)
-        return float(scores[0]), paths[0]
+        """The best complete path: ``(score, arcs)`` with ``arcs`` int64 in path order (CPU).
+
+        The same path as ``k_best_paths(1)`` (a state's ties go to its lowest incoming arc id),
+        with one back-pointer per state. Raises ``ValueError`` when no final state is reachable.
+        """
+        alpha = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
+        alpha[self.start] = 0.0
+        back = torch.full((self.num_states,), -1, dtype=torch.int64, device=self.score.device)
+        groups, none = self._into_level, self.src.shape[0]  # ``none``: larger than every arc id
+        source, score = self.src[groups.arcs], self.score[groups.arcs]
+        for i in range(groups.num_levels):
+            check_deadline(self.deadline)
+            arcs, states = groups.level(i)
+            local, cand = groups.local[arcs], alpha[source[arcs]] + score[arcs]
+            best = torch.full_like(states, NEG_INF, dtype=alpha.dtype).scatter_reduce(0, local, cand, reduce="amax")
+            wins = torch.where((cand == best[local]) & (cand > NEG_INF), groups.arcs[arcs], none)
+            first = torch.full_like(states, none).scatter_reduce(0, local, wins, reduce="amin")
+            alpha[states] = best
+            back[states] = torch.where(first < none, first, -1)
+        ends = alpha[self.finals] + self.final_score
+        if not bool((ends > NEG_INF).any()):
+            raise ValueError("no complete path: no final state is reachable from the start")
+        top = int(torch.topk(ends, 1).indices[0])
+        back_cpu, src_cpu, state, arcs = back.cpu().numpy(), self.src.cpu().numpy(), int(self.finals[top]), []
+        while back_cpu[state] >= 0:
+            arcs.append(int(back_cpu[state]))
+            state = int(src_cpu[arcs[-1]])
+        return float(ends[top]), torch.tensor(arcs[::-1], dtype=torch.int64)
 
     def k_best_paths(self, k: int) -> tuple[Tensor, list[Tensor]]:
         """The ``k`` best complete paths (fewer if the graph has fewer), best first.
@@ -114,8 +150,10 @@ class Dag:
         back_rank = torch.zeros((self.num_states, k), dtype=torch.int64, device=device)
         best[self.start, 0] = 0.0
         ranks = torch.arange(k, device=device)
-        for arcs in self._by_dst_level:
+        groups = self._into_level
+        for i in range(groups.num_levels):  # arcs by destination, each destination's in arc-id order
             check_deadline(self.deadline)
+            arcs = groups.arcs[groups.level(i)[0]]
             cand = (best[self.src[arcs]] + self.score[arcs].unsqueeze(1)).flatten()  # (n*k,)
             cand_arc = arcs.unsqueeze(1).expand(-1, k).reshape(-1)
             cand_rank = ranks.repeat(arcs.shape[0])
@@ -140,7 +178,7 @@ class Dag:
         count = min(k, int((ends > NEG_INF).sum()))
         top = torch.topk(ends, count).indices if count else ends.new_zeros(0, dtype=torch.int64)
         state, rank = end_state[top].tolist(), end_rank[top].tolist()
-        back_arc_cpu, back_rank_cpu, src_cpu = back_arc.cpu(), back_rank.cpu(), self.src.cpu()
+        back_arc_cpu, back_rank_cpu, src_cpu = back_arc.cpu().numpy(), back_rank.cpu().numpy(), self.src.cpu().numpy()
         paths = []
         for s, r in zip(state, rank):
             arcs = []
@@ -154,6 +192,52 @@ class Dag:
         return ends[top], paths
 
 
+@dataclass(frozen=True)
+class _LevelArcs:
+    """Arcs grouped by one end state (``E`` distinct end states, ``L`` levels that have arcs).
+
+    Attributes:
+      arcs: int64 ``(X,)`` arc ids sorted by (level of the end, end state, arc id).
+      states: int64 ``(E,)`` the distinct end states in that order.
+      local: int64 ``(X,)`` each arc's end as an index into its level's slice of ``states``.
+      arc_offsets, state_offsets: ``L + 1`` ints each; level ``i`` (in increasing level order)
+        has arcs ``arcs[arc_offsets[i]:arc_offsets[i + 1]]`` into (or out of) the states
+        ``states[state_offsets[i]:state_offsets[i + 1]]``.
+    """
+
+    arcs: Tensor
+    states: Tensor
+    local: Tensor
+    arc_offsets: list[int]
+    state_offsets: list[int]
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.arc_offsets) - 1
+
+    def level(self, i: int) -> tuple[slice, Tensor]:
+        """Level ``i``'s arcs (a slice of ``arcs`` and ``local``) and its states (a view)."""
+        return (slice(self.arc_offsets[i], self.arc_offsets[i + 1]),
+                self.states[self.state_offsets[i]:self.state_offsets[i + 1]])
+
+    @staticmethod
+    def group(end: Tensor, level: Tensor) -> _LevelArcs:
+        """Group arcs by ``end`` (int64 ``(X,)``, their destination or source) and its ``level``."""
+        order = torch.argsort(end, stable=True)
+        order = order[torch.argsort(level[end[order]], stable=True)]
+        end_sorted = end[order]
+        new_state = torch.ones_like(end_sorted, dtype=torch.bool)
+        new_state[1:] = end_sorted[1:] != end_sorted[:-1]
+        states = end_sorted[new_state]
+        _, arc_counts = torch.unique_consecutive(level[end_sorted], return_counts=True)
+        _, state_counts = torch.unique_consecutive(level[states], return_counts=True)
+        state_ends = torch.cumsum(state_counts, 0)
+        first_state = (state_ends - state_counts)[segment_index(arc_counts)]  # of each arc's level
+        local = torch.cumsum(new_state, 0) - 1 - first_state
+        arc_offsets = [0, *torch.cumsum(arc_counts, 0).tolist()]
+        return _LevelArcs(order, states, local, arc_offsets, [0, *state_ends.tolist()])
+
+
 def _scatter_max(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
     return target.scatter_reduce(0, index, values, reduce="amax", include_self=True)
 
@@ -163,30 +247,6 @@ def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
     safe_peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
     total = torch.exp(target - safe_peak).scatter_add(0, index, torch.exp(values - safe_peak[index]))
     return torch.log(total) + safe_peak
-
-
-def k_best_distinct(dag: Dag, labels: Tensor, k: int, max_paths: int = 4096) -> list[tuple[float, Tensor]]:
-    """The ``k`` best distinct label sequences and the best path of each, best first.
-
-    ``labels``: int64 ``(X,)`` label of each arc, negative for arcs without one (epsilons).
-    k-best paths are widened until ``k`` distinct sequences appear or ``max_paths`` paths were
-    seen. Exact: listing paths best first, sequences first appear in the order of their best
-    path. Returns ``(score, arcs)`` pairs, ``arcs`` int64 in path order.
-    """
-    labels_cpu = labels.cpu()
-    width = k
-    while True:
-        scores, paths = dag.k_best_paths(width)
-        found: dict[tuple[int, ...], tuple[float, Tensor]] = {}
-        for score, arcs in zip(scores.tolist(), paths):
-            sequence = tuple(x for x in labels_cpu[arcs].tolist() if x >= 0)
-            if sequence not in found:
-                found[sequence] = (score, arcs)
-                if len(found) == k:
-                    return list(found.values())
-        if len(paths) < width or width >= max_paths:
-            return list(found.values())
-        width = min(width * 4, max_paths)
 
 
 def segment_logsumexp(values: Tensor, index: Tensor, size: int) -> Tensor:

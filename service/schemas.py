@@ -94,6 +94,9 @@ class LatticeResult(BaseModel):
     rho: int
     oov: int = Field(description="distinct out-of-vocabulary words in the lattice (scored as <unk>)")
     oov_words: list[str]
+    kbest_expanded: int = Field(default=0, description="(state, word prefix) nodes the n-best search expanded")
+    nbest_complete: bool = Field(default=True, description="false when the n-best search stopped at its bound "
+                                 "(max_kbest_paths) before finding every hypothesis asked for")
     pruned: dict[str, Any] | None
     seconds: float
     timing: dict[str, float]
