@@ -28,6 +28,8 @@ from lattices.lattice import LatticeFormatError
 from lattices.ops import DeadlineExceeded
 from service.deps import require_token
 from lattices.scored import ScoreNameError
+from service.bodies import document_request_bodies, is_json_type
+from service.encoding import body_decoder
 from service.errors import APIError, handle_api_error, handle_http_exception, handle_validation_error
 from service.metrics import Metrics
 from service.settings import Settings, get_settings
@@ -56,49 +58,71 @@ def json_depth(data: bytes) -> int:
 
 
 def _is_json(scope: dict) -> bool:
-    """A JSON body, or one without a content type (which FastAPI parses as JSON)."""
+    """A JSON body, or one without a content type (checked as well: it may be JSON all the same)."""
     value = dict(scope.get("headers") or []).get(b"content-type", b"")
-    kind = value.split(b";")[0].strip().lower()
-    return not kind or kind == b"application/json" or kind.endswith(b"+json")
+    return not value.strip() or is_json_type(value)
 
 
 class BodyLimit:
     """ASGI middleware: read the body up to ``limit`` bytes before the app runs; answer 413 above
     it (by Content-Length at once, or as soon as a streamed body passes the limit), and 422 for a
     JSON body nested deeper than ``max_json_depth`` (a deep ``[[[...`` would exhaust a
-    recursive parser: Python's ``json`` raises RecursionError, a 500)."""
+    recursive parser: Python's ``json`` raises RecursionError, a 500).
+
+    A ``Content-Encoding: gzip`` body is decompressed as it arrives (:mod:`service.encoding`) and
+    the app sees the plain body, without the header: the limit holds for the compressed and the
+    decompressed size (413), a damaged gzip body is a 422, another encoding a 415."""
 
     def __init__(self, app: Any, limit: int, max_json_depth: int) -> None:
         self.app, self.limit, self.max_json_depth = app, limit, max_json_depth
 
-    async def _refuse(self, scope: dict, receive: Any, send: Any) -> None:
-        error = APIError(413, "too_large", f"request body is over the limit of {self.limit} bytes")
+    @staticmethod
+    async def _answer(error: APIError, scope: dict, receive: Any, send: Any) -> None:
         await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
+
+    def _too_large(self) -> APIError:
+        return APIError(413, "too_large", f"request body is over the limit of {self.limit} bytes")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        try:
+            decoder = body_decoder(headers.get(b"content-encoding"), self.limit)
+        except APIError as error:
+            await self._answer(error, scope, receive, send)
+            return
+        declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(scope, receive, send)
+            await self._answer(self._too_large(), scope, receive, send)
             return
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-            if not message.get("more_body", False):
-                break
-        if _is_json(scope) and json_depth(b"".join(chunks)) > self.max_json_depth:
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                data = message.get("body", b"")
+                size += len(data)
+                if size > self.limit:
+                    raise self._too_large()
+                chunks.append(decoder.feed(data) if decoder is not None else data)
+                if not message.get("more_body", False):
+                    break
+            if decoder is not None:
+                decoder.finish()
+        except APIError as error:
+            await self._answer(error, scope, receive, send)
+            return
+        body = b"".join(chunks)
+        if decoder is not None:  # the app sees the plain body
+            kept = [(k, v) for k, v in scope.get("headers") or [] if k not in (b"content-encoding", b"content-length")]
+            scope = {**scope, "headers": [*kept, (b"content-length", str(len(body)).encode())]}
+        if _is_json(scope) and json_depth(body) > self.max_json_depth:
             error = APIError(422, "invalid_request", f"the JSON body nests [ and {{ more than {self.max_json_depth} "
                                                      f"levels deep (AFP_MAX_JSON_DEPTH)")
-            await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
+            await self._answer(error, scope, receive, send)
             return
         replayed = False
 
@@ -106,7 +130,7 @@ class BodyLimit:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
@@ -178,10 +202,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.metrics, app.state.runtime = settings, metrics, None
 
     from service.routes import health, models, perplexity, rescore
+    from service.schemas import PerplexityRequest, RescoreRequest
 
     secured = [Depends(require_token)]
     app.include_router(rescore.router, dependencies=secured)
-    rescore.document_request_schema(app)
+    document_request_bodies(app, {"RescoreRequest": RescoreRequest, "PerplexityRequest": PerplexityRequest})
     app.include_router(perplexity.router, dependencies=secured)
     app.include_router(models.router, dependencies=secured)
     app.include_router(health.router)
@@ -194,7 +219,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
     app.add_middleware(Observe, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, max_json_depth=settings.max_json_depth)
     return app

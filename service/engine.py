@@ -18,7 +18,7 @@ import torch
 
 from lattices.formats import read_json_lattices, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
-from lattices.formats.k2 import k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
+from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import check_deadline
 from lattices.rescore import RescoreOptions, rescore
@@ -113,7 +113,7 @@ def parse_lattices(request: RescoreRequest, settings: Settings) -> list[Lattice]
             raise APIError(422, "invalid_request", "a k2 lattice is sent as a JSON object, not a string",
                            field="lattice")
         lattices = read_lattices(payload, fmt, symbols, source=SOURCE)
-    elif fmt == "k2":
+    elif fmt == "k2" or (fmt == "auto" and is_k2_json(payload)):
         items = payload if isinstance(payload, list) else [payload]
         lattices = [lat for i, item in enumerate(items)
                     for lat in read_k2(k2_dict_from_json(item, source=SOURCE), symbols, SOURCE, key=f"lattice-{i}")]

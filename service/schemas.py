@@ -45,7 +45,7 @@ class RescoreRequest(RescoreOptionsModel):
         description="Kaldi text archive, HTK SLF, OpenFst text or an SRILM n-best list as a string; a JSON lattice "
                     "object (or list); an n-best list {key, hypotheses: [{words, scores: {name: number}}]} (or a "
                     "list of them); for k2 an object {arcs: [[src, dst, label, score], ...], aux_labels: [...], "
-                    "lm_scores: [...]}")
+                    "lm_scores: [...]} (or a list of them), which format auto recognizes")
     words: str | None = Field(default=None, description="symbol table text (words.txt) for integer word ids")
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -145,7 +145,7 @@ class ModelsResponse(BaseModel):
 
 class ErrorBody(BaseModel):
     kind: str = Field(description="lattice_format, expansion_budget, invalid_request, too_large, unauthorized, "
-                                  "timeout, ...")
+                                  "unsupported_encoding, timeout, ...")
     message: str
     key: str | None = None
     line: int | None = None

@@ -37,7 +37,11 @@ list of dicts for several (each loads with ``k2.Fsa.from_dict``; ``k2.create_fsa
 them). States are renumbered so that the start is 0 and the final state last, arcs are sorted by
 source state, scores are float32. A lattice with several final states, a final weight other than
 0, a final state with arcs leaving it or words on the arcs into it gets a new super-final state:
-an arc with label -1 from every final state carries that state's final weights.
+an arc with label -1 from every final state carries that state's final weights (a rescored
+lattice, with ``</s>`` log-probs as final weights, always gets one). Token labels kept from a k2
+input (``arc_extra["k2_labels"]``) that are -1 on arcs into such a formerly final state become 0
+(epsilon), so the output keeps k2's rules: exactly the arcs into the last state have label -1 (and
+aux_label -1), no arc leaves it, and it reads back to the same paths and scores (float32).
 """
 
 from __future__ import annotations
@@ -297,6 +301,7 @@ def _to_dict(lattice: Lattice) -> dict[str, Any]:
     labels = extra["k2_labels"].cpu() if isinstance(extra.get("k2_labels"), Tensor) else None
     if labels is not None:
         labels = torch.cat([labels.to(torch.int64), torch.full((added,), -1)])[perm]
+        labels[(labels == -1) & ~into_final] = 0  # a kept -1 into a state that is no longer k2's final: epsilon
         aux = words[perm].clone()
         aux[into_final] = -1
     else:
@@ -354,6 +359,18 @@ def k2_dict_from_json(obj: Any, source: str | None = None) -> dict[str, Any]:
         else:
             raise LatticeFormatError(f"unsupported value of type {type(value).__name__}", source=source, field=name)
     return out
+
+
+def is_k2_json(obj: Any) -> bool:
+    """Whether a parsed JSON value looks like the k2 JSON form (see :func:`k2_dict_from_json`), or a
+    list whose first item does: an object with ``arcs`` of ``[src, dst, label, score]`` rows and
+    none of the JSON lattice form's ``finals`` and ``start`` (whose arcs have 5 entries). Used to
+    resolve format ``"auto"``; only the first arc is looked at, the reader checks the rest."""
+    first = obj[0] if isinstance(obj, list) and obj else obj
+    if not isinstance(first, Mapping) or "finals" in first or "start" in first:
+        return False
+    arcs = first.get("arcs")
+    return isinstance(arcs, list) and (not arcs or (isinstance(arcs[0], list) and len(arcs[0]) == 4))
 
 
 def k2_dict_to_json(d: Mapping[str, Any]) -> dict[str, Any]:
