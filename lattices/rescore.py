@@ -146,7 +146,10 @@ class Hypothesis:
 
     ``lm_logprob`` is the new LM's log-probability (words and ``</s>``, without any unknown-word
     penalty), ``old_lm`` the old LM's, ``acoustic`` the named score ``acoustic`` (0 without one),
-    ``scores`` every named first-pass score, ``unk`` the words scored as ``<unk>``."""
+    ``scores`` every named first-pass score, ``unk`` the words scored as ``<unk>``.
+    ``arcs``: every arc of the path in order (epsilons, silence and other skipped symbols
+    included); ``word_arcs``: the arcs of ``words``, one per word (``len(word_arcs) ==
+    len(words)``). Both are arc ids of :attr:`RescoreResult.searched`."""
 
     words: list[str]
     score: float
@@ -157,6 +160,7 @@ class Hypothesis:
     scores: dict[str, float] = field(default_factory=dict)
     unk: int = 0
     rank: int | None = None
+    word_arcs: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = {"words": self.words, "score": self.score, "acoustic": self.acoustic,
@@ -171,7 +175,10 @@ class RescoreResult:
     """The outcome for one lattice and one LM weight.
 
     ``kbest_expanded``: (state, word prefix) nodes the n-best search expanded; ``nbest_complete``:
-    false when it stopped at ``max_kbest_paths`` before finding every hypothesis asked for."""
+    false when it stopped at ``max_kbest_paths`` before finding every hypothesis asked for.
+    ``searched``: the lattice that was expanded (the input, or the pruned input when it was
+    pruned); the hypotheses' ``arcs`` and ``word_arcs`` and ``arc_posteriors`` (float64 ``(A,)``
+    of its ``A`` arcs) index its arcs, and its node times or transition ids time the words."""
 
     key: str
     lm_weight: float
@@ -191,6 +198,17 @@ class RescoreResult:
     unk_penalty: float = 0.0
     kbest_expanded: int = 0
     nbest_complete: bool = True
+    searched: Lattice | None = None
+
+    def word_posteriors(self) -> list[float] | None:
+        """The posterior of each word of ``best`` (one per word of ``best.words``: epsilons and
+        skipped symbols have none), clamped to [0, 1]; None without ``arc_posteriors``. A word's
+        posterior is that of its arc: the share of the lattice's probability mass (under the
+        combined scores) on paths through it."""
+        if self.arc_posteriors is None:
+            return None
+        arcs = torch.as_tensor(self.best.word_arcs, dtype=torch.int64)
+        return self.arc_posteriors[arcs].clamp(0.0, 1.0).tolist()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON line of ``afp rescore --json`` (without the rescored lattice)."""
@@ -203,7 +221,7 @@ class RescoreResult:
                "kbest_expanded": self.kbest_expanded, "nbest_complete": self.nbest_complete,
                **self.stats, "pruned": self.pruned, "seconds": self.seconds["total"], "timing": self.seconds}
         if self.arc_posteriors is not None:
-            out["best"]["word_posteriors"] = self.arc_posteriors[self.best.arcs].tolist()
+            out["best"]["word_posteriors"] = self.word_posteriors()
         return out
 
 
@@ -316,7 +334,8 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
             nbest=ranked[: options.nbest], stats=scored.stats, pruned=scored.pruned,
             arc_posteriors=posteriors.cpu() if posteriors is not None else None, lattice=rescored, seconds=timing,
             first_pass=first, decode=options.decode, score_weights=dict(zip(scored.named, vector.tolist())),
-            unk_penalty=options.unk_penalty, kbest_expanded=search.expanded, nbest_complete=not search.truncated))
+            unk_penalty=options.unk_penalty, kbest_expanded=search.expanded, nbest_complete=not search.truncated,
+            searched=lattice))
     return results
 
 
@@ -358,16 +377,17 @@ def _hypothesis(scored: ScoredLattice, arcs: Tensor, score: float) -> Hypothesis
     final = int((expansion.finals == end_state).nonzero()[0])
     parts = (scored.arc_parts[arcs].sum(0) + scored.final_parts[final]).tolist()
     values = dict(zip(scored.names, parts))
-    words = [lattice.symbols[int(lattice.words[expansion.arc_orig[a]])] for a in arcs.tolist()
-             if int(expansion.arc_lm_word[a]) != PAD]
+    orig = expansion.arc_orig[arcs].tolist()
+    word_arcs = [a for a, lm_word in zip(orig, expansion.arc_lm_word[arcs].tolist()) if lm_word != PAD]
+    words = [lattice.symbols[w] for w in lattice.words[word_arcs].tolist()]
     named = {k: values[k] for k in scored.named}
     if scored.stats.get("old_lm_score") not in (None, "old-lm scorer"):
         named[scored.stats["old_lm_score"]] = values["old_lm"]
     ranks = lattice.final_extra.get("hypothesis")
     rank = int(ranks[int(expansion.final_orig[final])]) + 1 if ranks is not None else None
     return Hypothesis(words=words, score=score, acoustic=values.get("acoustic", 0.0), lm_logprob=values["new_lm"],
-                      old_lm=values["old_lm"], arcs=expansion.arc_orig[arcs].tolist(), scores=named,
-                      unk=int(round(values["unk"])), rank=rank)
+                      old_lm=values["old_lm"], arcs=orig, scores=named, unk=int(round(values["unk"])), rank=rank,
+                      word_arcs=word_arcs)
 
 
 def _mbr_best(ranked: list[Hypothesis], scale: float) -> Hypothesis:

@@ -158,40 +158,31 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_rescore(args: argparse.Namespace) -> None:
     from lm.scorer import LMScorer
-    from service.batch import (Failure, default_shard, iter_lattices, output_format, parse_shard, rescore_all,
-                               write_rescored)
+    from service.batch import Failure, default_shard, iter_lattices, parse_shard, rescore_all
+    from service.outputs import JobOutputs, OutputOptions
 
     symbols = _read_symbols(args.words) if args.words else None
     shard = parse_shard(args.shard) if args.shard else default_shard()
     options = _rescore_options(args, return_lattice=args.out is not None)
+    outputs = JobOutputs(OutputOptions(out=args.out, nbest_text=args.nbest_text, text_dir=args.text_dir, ctm=args.ctm,
+                                       frame_shift=args.frame_shift, json=args.json,
+                                       show_first_pass=args.show_first_pass),
+                         input_format=args.format, lm_weights=options.lm_weights, symbols=symbols,
+                         rank=None if shard[1] == 1 or args.shard else shard[0])
     loaded = _load(args.model, args.device)
     scorer = LMScorer(loaded)
     old_lm = _old_lm(args.old_lm)
-    rescored, failed = [], 0
+    failed = 0
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
-    first = None
-    for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
-                                       warn=lambda text: print(f"afp: warning: {text}", file=sys.stderr)):
-        if isinstance(lattice_results, Failure):  # this lattice failed; the job goes on
-            failed += 1
-            print(json.dumps(lattice_results.to_json()) if args.json else f"{lattice_results.key}\tERROR", flush=True)
-            print(f"afp: error: {lattice_results.message}", file=sys.stderr)
-            continue
-        for result in lattice_results:
-            if args.json:
-                print(json.dumps(result.to_json()), flush=True)
-            else:
-                prefix = f"{result.lm_weight:g}\t" if len(options.lm_weights) > 1 else ""
-                print(f"{prefix}{result.key} {' '.join(result.best.words)}".rstrip(), flush=True)
-                if args.show_first_pass and result.first_pass is not None:
-                    mark = "=" if result.first_pass.words == result.best.words else "*"
-                    print(f"{prefix}{mark}{result.key} {' '.join(result.first_pass.words)}".rstrip(), flush=True)
-        if args.out is not None:
-            first = first or lattice_results[0].lattice
-            rescored.append(lattice_results[0].lattice)
-    if args.out is not None and rescored:
-        out = args.out if shard[1] == 1 or args.shard else f"{args.out}.{shard[0]}"
-        write_rescored(out, rescored, output_format(args.format, first))
+    with outputs:
+        for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
+                                           warn=lambda text: print(f"afp: warning: {text}", file=sys.stderr)):
+            if isinstance(lattice_results, Failure):  # this lattice failed; the job goes on
+                failed += 1
+                outputs.failed(lattice_results)
+                print(f"afp: error: {lattice_results.message}", file=sys.stderr)
+                continue
+            outputs.write(lattice_results)
     if failed:
         raise CLIError(f"{failed} lattice(s) could not be rescored (see above)")
 
@@ -353,7 +344,32 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
                    help="log-probability added to each word the new LM scores as <unk>")
     p.add_argument("--decode", choices=["viterbi", "mbr"], default="viterbi",
                    help="best path, or minimum Bayes risk (least expected word errors)")
-    p.add_argument("--posteriors", action="store_true", help="add word posteriors of the best path")
+    p.add_argument("--posteriors", action="store_true",
+                   help="word posteriors of the best path, one per word (JSON best.word_posteriors; CTM confidence)")
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    """``afp rescore``'s outputs (written by :mod:`service.outputs`; targets: :mod:`service.wspec`)."""
+    g = p.add_argument_group(
+        "outputs", "TARGET: a file (a name ending in .gz is gzipped), '-' (standard output: the transcript lines "
+                   "are then left out), or a shell command '| gzip -c > x.gz' (its exit status is checked). "
+                   "Failed lattices are left out. Under torchrun each rank adds .RANK to its files.")
+    g.add_argument("--out", metavar="TARGET",
+                   help="the rescored lattices (of the first --lm-weight): in the input format (PATH; HTK and "
+                        "OpenFst: a directory, one file per lattice), or a Kaldi archive: ark,t:TARGET (text), "
+                        "ark:TARGET (binary, needs --words). Kaldi archives hold integer word ids when the input did "
+                        "or --words is given")
+    g.add_argument("--nbest-text", metavar="TARGET",
+                   help="n-best transcripts as lattice-to-nbest, nbest-to-linear and int2sym.pl give them: "
+                        "'KEY-1 WORD ...', 'KEY-2 ...' (the --nbest best distinct word sequences; one --lm-weight)")
+    g.add_argument("--text-dir", metavar="DIR",
+                   help="a Kaldi transcript 'KEY WORD ...' per LM weight: DIR/LMWT/text, LMWT as given (DIR/0.5/text)")
+    g.add_argument("--ctm", metavar="TARGET",
+                   help="'KEY 1 START DURATION WORD [POSTERIOR]' per best-path word (one --lm-weight); times from "
+                        "HTK node times or Kaldi CompactLattice transition ids (word-aligned lattices: "
+                        "lattice-align-words); the posterior with --posteriors")
+    g.add_argument("--frame-shift", type=float, default=0.01, metavar="SECONDS",
+                   help="seconds per Kaldi frame, for --ctm (default 0.01; chain models, frame subsampling 3: 0.03)")
 
 
 def _read_symbols(path: str) -> tuple[str, ...]:
@@ -441,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
     p.add_argument("--show-first-pass", action="store_true",
                    help="after each result, the first pass's 1-best ('=KEY' unchanged, '*KEY' changed)")
-    p.add_argument("--out", metavar="PATH", help="write the rescored lattices here, in the input format")
+    _add_output_options(p)
     p.set_defaults(func=cmd_rescore)
 
     p = sub.add_parser("tune", help="choose rescoring weights on a dev set by word error rate",

@@ -68,7 +68,7 @@ class Hypothesis(BaseModel):
     old_lm: float = Field(description="the old-LM score (the lattice's graph score, an n-best list's lm score)")
     scores: dict[str, float] = Field(default_factory=dict, description="the named first-pass scores, unscaled")
     unk: int = Field(default=0, description="words scored as <unk>")
-    word_posteriors: list[float] | None = None
+    word_posteriors: list[float] | None = Field(default=None, description="with posteriors: one per word of `words` (epsilons and skipped symbols have none), each in [0, 1]")
 
 
 class LatticeResult(BaseModel):

@@ -362,3 +362,21 @@ def label_writer(lattice: Lattice, use_ids: bool) -> Any:
             text = checked[word_id] = check_token(lattice.symbols[word_id], "word", lattice.key, "words")
         return text
     return label
+
+
+def word_ids_in(lattice: Lattice, index: dict[str, int] | None) -> torch.Tensor:
+    """int64 ``(A,)`` on the CPU: the arcs' word ids in ``index`` (spelling -> id, e.g.
+    :func:`symbol_index` of a ``words.txt``), or in the lattice's own table when ``index`` is
+    None. A word missing from ``index`` is a :class:`LatticeFormatError`."""
+    words = lattice.words.cpu()
+    if index is None or not words.numel():
+        return words
+    used = torch.unique(words)
+    lookup = torch.zeros(int(used[-1]) + 1, dtype=torch.int64)
+    for word_id in used.tolist():
+        spelling = lattice.symbols[word_id]
+        if spelling not in index:
+            raise LatticeFormatError(f"word {spelling!r} has no id in the symbol table", key=lattice.key,
+                                     field="words")
+        lookup[word_id] = index[spelling]
+    return lookup[words]

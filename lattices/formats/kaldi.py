@@ -65,7 +65,8 @@ from typing import Any
 import torch
 
 from lattices.formats._text import (
-    GraphText, Where, format_float, is_int, label_writer, numbered_lines, print_order, resolve_words, split_fields,
+    GraphText, Where, checked_symbols, format_float, is_int, label_writer, numbered_lines, print_order, resolve_words,
+    split_fields, symbol_index, word_ids_in,
 )
 from lattices.lattice import Lattice, LatticeFormatError
 
@@ -111,18 +112,25 @@ def kaldi_extras(transducer: bool, word_ids: bool, ilabels: Sequence[int] | torc
     return meta, {"kaldi_tids": tuple(tids)}, {"kaldi_tids": tuple(final_tids)}
 
 
-def write_kaldi(lattices: Sequence[Lattice], use_ids: bool | None = None) -> str:
+def write_kaldi(lattices: Sequence[Lattice], use_ids: bool | None = None,
+                symbols: Sequence[str] | None = None) -> str:
     """Write lattices as a Kaldi text archive that :func:`read_kaldi` (and Kaldi) read back.
 
     Each lattice is written as its ``meta["kaldi_type"]`` (default ``CompactLattice``). Words are
     written as ids if ``use_ids``, as spellings if not, and when ``None`` as they were read
-    (``meta["kaldi_word_ids"]``, default spellings). Raises :class:`LatticeFormatError` for a key
-    or word that cannot be one text field (empty, or containing whitespace).
+    (``meta["kaldi_word_ids"]``, default spellings). Ids are those of each lattice's own
+    ``symbols``, or of ``symbols`` when given (``words.txt``; then ids are written unless
+    ``use_ids`` is False, and a word it lacks is a :class:`LatticeFormatError`), as
+    :func:`~lattices.formats.kaldi_binary.write_kaldi_binary` does. Raises
+    :class:`LatticeFormatError` for a key or word that cannot be one text field (empty, or
+    containing whitespace).
     """
+    table = checked_symbols(symbols, None)
+    index = symbol_index(table) if table is not None and use_ids is not False else None
     out: list[str] = []
     for lattice in lattices:
         out.append(_checked_key(lattice.key))
-        out.extend(_lattice_lines(lattice, use_ids))
+        out.extend(_lattice_lines(lattice, True if index is not None else use_ids, index))
         out.append("")
     return "\n".join(out) + "\n" if out else ""
 
@@ -221,13 +229,13 @@ def _compact_weight(token: str, line: int, where: Where) -> tuple[float, float, 
 
 
 # ---------------------------------------------------------------------------------- writing
-def _lattice_lines(lattice: Lattice, use_ids: bool | None) -> list[str]:
+def _lattice_lines(lattice: Lattice, use_ids: bool | None, index: dict[str, int] | None = None) -> list[str]:
     kind = lattice.meta.get("kaldi_type", COMPACT)
     if kind not in (COMPACT, TRANSDUCER):
         raise LatticeFormatError(f"unknown Kaldi lattice type {kind!r}", key=lattice.key, field="meta['kaldi_type']")
     ids = bool(lattice.meta.get("kaldi_word_ids", False)) if use_ids is None else use_ids
     label = label_writer(lattice, ids)
-    src, dst, words = lattice.src.tolist(), lattice.dst.tolist(), lattice.words.tolist()
+    src, dst, words = lattice.src.tolist(), lattice.dst.tolist(), word_ids_in(lattice, index).tolist()
     costs = [format_float(0.0 - x) for x in lattice.graph.tolist()]
     acoustic = [format_float(0.0 - x) for x in lattice.acoustic.tolist()]
     finals = lattice.finals.tolist()

@@ -60,7 +60,7 @@ from itertools import islice
 import numpy as np
 import torch
 
-from lattices.formats._text import MAX_ID, checked_symbols
+from lattices.formats._text import MAX_ID, checked_symbols, word_ids_in
 from lattices.formats.kaldi import COMPACT, TRANSDUCER, checked_tids, kaldi_extras
 from lattices.lattice import EPSILON, Lattice, LatticeFormatError
 
@@ -363,7 +363,7 @@ def _fst_bytes(lattice: Lattice, index: dict[str, int] | None) -> bytes:
     if kind not in (COMPACT, TRANSDUCER):
         raise LatticeFormatError(f"unknown Kaldi lattice type {kind!r}", key=lattice.key, field="meta['kaldi_type']")
     compact, num_states = kind == COMPACT, lattice.num_states
-    words = _labels(lattice, _word_ids(lattice, index), "words").tolist()
+    words = _labels(lattice, word_ids_in(lattice, index).numpy(), "words").tolist()
     given = lattice.arc_extra.get("kaldi_ilabel")
     ilabels = [0] * len(words) if compact or given is None else _labels(
         lattice, torch.as_tensor(given).cpu().numpy(), "kaldi_ilabel").tolist()
@@ -388,22 +388,6 @@ def _fst_bytes(lattice: Lattice, index: dict[str, int] | None) -> bytes:
             else:
                 out.append(_ARC.pack(ilabels[i], words[i], graph[i], acoustic[i]) + _I32.pack(dst[i]))
     return b"".join(out)
-
-
-def _word_ids(lattice: Lattice, index: dict[str, int] | None) -> np.ndarray:
-    """The arcs' word ids in ``index`` (spelling -> id), or in the lattice's own table."""
-    words = lattice.words.cpu().numpy()
-    if index is None or not words.size:
-        return words
-    used = np.unique(words)
-    lookup = np.zeros(int(used[-1]) + 1, dtype=np.int64)
-    for word_id in used.tolist():
-        spelling = lattice.symbols[word_id]
-        if spelling not in index:
-            raise LatticeFormatError(f"word {spelling!r} has no id in the symbol table", key=lattice.key,
-                                     field="words")
-        lookup[word_id] = index[spelling]
-    return lookup[words]
 
 
 def _labels(lattice: Lattice, ids: np.ndarray, field: str) -> np.ndarray:
