@@ -7,25 +7,12 @@ import pytest
 from lm.checkpoint import load_checkpoint
 from lm.corpus import encode
 from lm.evaluate import score_corpus
-from tests.service.test_app import client_for
-from tests.factories import saved_model
 
 NBEST = {"key": "utt1", "hypotheses": [
     {"words": "the cat sat", "scores": {"decoder": -1.0, "ctc": -2.0, "lm": -9.0}},
     {"words": ["a", "cat", "sat", "zebra"], "scores": {"decoder": -0.5, "ctc": -1.0, "lm": -12.0}},
     {"words": "the dog ran", "scores": {"decoder": -3.0, "ctc": -2.5, "lm": -8.0}},
 ]}
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return saved_model(tmp_path_factory.mktemp("m") / "model", cell="gru", mode="afp", rho=2)
-
-
-@pytest.fixture(scope="module")
-def client(model_dir):
-    with client_for(model_dir) as c:
-        yield c
 
 
 @pytest.mark.parametrize("fmt", ["nbest-json", "auto"])

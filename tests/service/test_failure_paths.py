@@ -12,7 +12,7 @@ from lm.vocab import Vocabulary
 from service.app import json_depth
 from service.cli import main
 from tests.factories import WORDS, saved_model
-from tests.service.test_app import client_for
+
 
 # utt1: every path goes through "#1", which the model blocks; utt2 is fine
 BLOCKED = """utt1
@@ -34,12 +34,6 @@ def model_dir(tmp_path_factory):
     """A model read from a Kaldi-like table: ``<eps>``, ``#0`` and ``#1`` are in it, never predicted."""
     vocab = Vocabulary(("<eps>", "<s>", "</s>", "<unk>", "#0", "#1", *WORDS))
     return saved_model(tmp_path_factory.mktemp("m") / "model", vocab, cell="gru", mode="afp", rho=2)
-
-
-@pytest.fixture(scope="module")
-def client(model_dir):
-    with client_for(model_dir) as c:
-        yield c
 
 
 def test_cli_blocked_word_fails_its_lattice_and_the_job_goes_on(capsys, tmp_path, model_dir):

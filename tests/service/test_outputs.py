@@ -20,7 +20,7 @@ from lm.scorer import LMScorer
 from service.cli import main
 from service.outputs import ctm_lines, nbest_text_lines, transcript_line
 from service.wspec import OutputError, WriteSpec
-from tests.factories import make_model, saved_model, tiny_vocab
+from tests.factories import make_model, tiny_vocab
 
 # Kaldi CompactLattices with transition ids (one per frame). With --lm-weight 0 only acoustics
 # count (x 0.1): utt1's best is "the cat sat" (10+8+9), then "a cat sat" (12+8+9); utt2's
@@ -68,11 +68,6 @@ def scorer():
     vocab = tiny_vocab()
     model = make_model(vocab, cell="gru", mode="afp", rho=2)
     return LMScorer(LoadedModel(model.config, vocab, model))
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return saved_model(tmp_path_factory.mktemp("model") / "model", cell="gru", mode="afp", rho=2)
 
 
 @pytest.fixture()

@@ -17,7 +17,6 @@ from lattices.formats.jsonfmt import lattice_to_json
 from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, read_k2
 from service.encoding import GzipDecoder
 from service.errors import APIError
-from tests.factories import saved_model
 from tests.lattices.test_k2 import WORDS, transducer
 from tests.lattices.test_k2_output import assert_valid_k2
 from tests.service.test_app import SLF, client_for
@@ -26,17 +25,6 @@ from tests.service.test_rescore_cli import ARCHIVE
 WORDS_TXT = "".join(f"{w} {i}\n" for i, w in enumerate(WORDS))
 K2_JSON = k2_dict_to_json(transducer())  # words: cat sat, dog, or epsilon; token labels and lm_scores
 GZIPPED = gzip.compress(b'{"sentences": ["a"]}')
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return saved_model(tmp_path_factory.mktemp("m") / "model", cell="gru", mode="afp", rho=2)
-
-
-@pytest.fixture(scope="module")
-def client(model_dir):
-    with client_for(model_dir) as c:
-        yield c
 
 
 def hypotheses(response: Any) -> list[tuple[str, list[list[str]], list[float]]]:
