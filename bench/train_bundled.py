@@ -40,7 +40,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "epochs": 3,  # ~18 min per epoch for GRU-256 in fp32 on 2 CPU cores
         "max_rho": 5,
         # rho 4 was 1.8% better than rho 3 after the sweep's epoch (83.22 vs 84.75) but expands the AMI
-        # lattices to 2.6x the arcs: within 2%, the cheaper model wins (choose_winner)
+        # lattices to 3.1x the arcs and takes 3.3x the time (models/conversational/TRAINING.md): within 2%,
+        # the cheaper model wins (choose_winner)
         "cheaper_within": 0.02,
         "rescoring_cost": True,  # measured on the AMI lattices, the domain of this model
         "store_dtype": "bfloat16",
@@ -49,8 +50,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                     "non-commercial term; AMI and ICSI meeting transcripts (QMSum release): CC BY 4.0, QMSum MIT; "
                     "conversational-text: Mikolov rnnlm toolkit example data, BSD-style"),
         # the sweep: 1 epoch each (--epochs 1), then the best continues to the preset's epochs
-        # (--only NAME). On 2 CPU cores the sweep that ran was rho 3, rho 4 and the LSTM: rho 5 expands the
-        # AMI lattices to 2.6x the arcs of rho 4 (bench/results/rescoring_cpu.json), GRU-512 trains ~3x slower
+        # (--only NAME). On 2 CPU cores (fp32: no native bf16 there) the sweep that ran was GRU-256 rho 3 and 4;
+        # rho 5 expands the AMI lattices to 2.6x the arcs of rho 4 (bench/results/rescoring_cpu.json), GRU-512
+        # trains ~3x slower, and the LSTM lost to the GRU at equal size in the conversational-text sweep
         "candidates": {
             **{f"gru-h256-rho{r}": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": r, "dropout": 0.2,
                                     "softmax": "adaptive"} for r in (3, 4, 5)},
