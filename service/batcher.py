@@ -102,6 +102,12 @@ class BatchingScorer:
             self._thread = threading.Thread(target=self._loop, name="afp-batcher", daemon=True)
             self._thread.start()
 
+    def until(self, deadline: float | None) -> ContextScorer:
+        """This batcher as one request sees it: every :meth:`score` call waits at most until
+        ``deadline`` (``time.monotonic()`` seconds; None: no limit), and work still queued then is
+        dropped (:class:`ScoringTimeout`)."""
+        return self if deadline is None else _Until(self, deadline)
+
     # ------------------------------------------------------------------ ContextScorer
     def word_ids(self, words: Sequence[str]) -> Tensor:
         return self.inner.word_ids(words)
@@ -275,3 +281,17 @@ def _free_cached_memory() -> None:
     """Give cached GPU blocks back after running out of memory, before trying smaller calls."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+class _Until:
+    """:meth:`BatchingScorer.until`: the batcher's attributes, with a deadline on every score call."""
+
+    def __init__(self, batcher: BatchingScorer, deadline: float) -> None:
+        self._batcher, self._deadline = batcher, deadline
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._batcher, name)
+
+    def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
+        timeout = max(0.0, self._deadline - time.monotonic())
+        return self._batcher.score(contexts, lengths, targets, target_context, timeout=timeout)

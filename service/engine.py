@@ -193,7 +193,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float |
     out = []
     for lattice in lattices:
         check_deadline(deadline)
-        for result in rescore(lattice, runtime.scorer, options, device=runtime.device):
+        for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device):
             row = result.to_json()
             if result.lattice is not None:
                 row["lattice"] = serialize_lattice(result.lattice.to("cpu"), _format_of(lattice, request.format))
@@ -215,7 +215,7 @@ def perplexity_request(sentences: list[str], runtime: Runtime, deadline: float |
             raise APIError(422, "too_large", f"sentence {i} has {len(w)} words; the limit is "
                                              f"{settings.max_sentence_words}", field=f"sentences[{i}]")
     check_deadline(deadline)
-    scores = score_sentences(runtime.scorer, words)
+    scores = score_sentences(runtime.scorer.until(deadline), words)
     vocab = runtime.loaded.vocab
     total = sum(float(s.sum()) for s in scores)
     tokens = sum(len(w) + 1 for w in words)

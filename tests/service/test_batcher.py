@@ -237,3 +237,26 @@ def test_a_merged_batch_never_goes_past_max_pairs():
         gate.set()
         batcher.close()
     assert [len(s) for s in inner.seen] == [1, 3, 3]  # 3 + 3 would pass the cap of 4
+
+
+def test_a_request_view_scores_until_its_deadline():
+    gate = threading.Event()
+    inner = FakeScorer(gate=gate)
+    batcher = BatchingScorer(inner, max_wait=0.0)
+    try:
+        assert batcher.until(None) is batcher
+        view = batcher.until(time.monotonic() + 3600)
+        assert view.context_size == 2 and torch.equal(view.word_ids(["a"]), inner.word_ids(["a"]))
+        first: list[object] = []
+        holder = threading.Thread(target=lambda: first.append(view.score(*job(3))))
+        holder.start()
+        assert inner.entered.wait(10)  # the model is busy with the first request's work
+        with pytest.raises(ScoringTimeout):  # a request whose deadline has passed waits for nothing
+            batcher.until(time.monotonic() - 1).score(*job(50))
+        gate.set()
+        holder.join(10)
+        assert not holder.is_alive() and torch.equal(first[0], FakeScorer().score(*job(3)))
+    finally:
+        gate.set()
+        batcher.close()
+    assert inner.seen == [[3, 4]]
