@@ -13,6 +13,13 @@ RESULTS = REPO_ROOT / "bench" / "results"
 SHARED_DATA = Path(os.environ.get("AFP_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def ami_lattice_files() -> list[Path]:
+    """The real AMI lattices of ``../shared/data/lattices``: every ``ami-htk/*.lat.gz`` and
+    ``ami-kaldi/1.lat``; an empty list when they are absent."""
+    files = sorted((SHARED_DATA / "lattices" / "ami-htk").glob("*.lat.gz")) + [SHARED_DATA / "lattices" / "ami-kaldi" / "1.lat"]
+    return files if len(files) >= 2 and all(f.is_file() for f in files) else []
+
+
 def environment() -> dict[str, Any]:
     """What the numbers were measured on: torch version, threads, CPU, GPU name when present."""
     import torch

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from bench.common import RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
+from bench.common import RESULTS, SHARED_DATA, ami_lattice_files, environment, pyplot, save_figure, write_json
 
 MODEL_FIELDS = {"cell": "elman", "hidden": 128, "dropout": 0.3}
 TRAIN_OPTIONS = {"batch_size": 20, "lr": 1e-3, "lr_decay": 0.5, "clip": 1.0, "init_range": 0.05, "seed": 1,
@@ -117,8 +117,8 @@ def main() -> None:
     args = parser.parse_args()
 
     device = resolve_device(args.device)
-    files = sorted((SHARED_DATA / "lattices" / "ami-htk").glob("*.lat.gz")) + [SHARED_DATA / "lattices" / "ami-kaldi" / "1.lat"]
-    if not all(f.is_file() for f in files) or len(files) < 2:
+    files = ami_lattice_files()
+    if not files:
         raise SystemExit("the AMI lattices of ../shared/data/lattices are missing")
     lattices = [lat for f in files for lat in read_lattice_file(f)]
     rnn = load_checkpoint(ensure_model("rnn-bptt", {"mode": "exact"}, str(device)), device)

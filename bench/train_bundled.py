@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, read_metrics, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, write_json
 
 #: largest relative change of validation perplexity that bfloat16 storage may cause
 BF16_TOLERANCE = 1e-3
@@ -239,8 +239,8 @@ def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
     from lm.checkpoint import load_checkpoint
     from lm.scorer import LMScorer
 
-    files = sorted((SHARED_DATA / "lattices" / "ami-htk").glob("*.lat.gz")) + [SHARED_DATA / "lattices" / "ami-kaldi" / "1.lat"]
-    if not all(f.is_file() for f in files) or len(files) < 2:
+    files = ami_lattice_files()
+    if not files:
         return None
     lattices = [lat for f in files for lat in read_lattice_file(f)]
     scorer = LMScorer(load_checkpoint(run_dir))

@@ -162,7 +162,7 @@ def train(
             group["lr"] = state["lr"]
         started = time.perf_counter()
         loss_sum, token_count = _train_epoch(trainer, model, optimizer, data.train, cfg, epoch, rank, world,
-                                             device, progress)
+                                             device, precision, progress)
         seconds = time.perf_counter() - started
         valid_ppl = _validate(model, data.valid, rank, world, device)
         improved = valid_ppl is None or state["best_valid_ppl"] is None or valid_ppl < state["best_valid_ppl"]
@@ -196,11 +196,11 @@ def train(
 
 def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.optim.Optimizer,
                  corpus: EncodedCorpus, cfg: TrainConfig, epoch: int, rank: int, world: int,
-                 device: torch.device, progress: bool | None) -> tuple[float, int]:
+                 device: torch.device, precision: str, progress: bool | None) -> tuple[float, int]:
     from tqdm import tqdm
 
     model.train()
-    loss_sum, token_count, precision = 0.0, 0, resolve_precision(cfg.precision, device)
+    loss_sum, token_count = 0.0, 0
     stream = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world)
     total = math.ceil(corpus.sentences / cfg.batch_size) // world
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
