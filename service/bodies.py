@@ -4,6 +4,7 @@
 20 MB body of small values) and would stall every other request if they ran on the event loop,
 so the routes read the raw body and call :func:`parse_json` / :func:`validate` from their worker
 (:func:`service.deps.in_worker`). Both raise :class:`APIError` 422s in the API's error shape.
+The answer is encoded there too (:func:`json_response`): a rescored lattice can be megabytes of JSON.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
+from lattices.ops import check_deadline
 from service.errors import APIError, json_body_error
 
 M = TypeVar("M", bound=BaseModel)
@@ -42,6 +45,16 @@ def validate(model: type[M], data: Any) -> M:
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise APIError(422, "invalid_request", f"{where}: {first['msg']}" if where else first["msg"],
                        field=where or None) from None
+
+
+def json_response(model: type[BaseModel], content: dict[str, Any], deadline: float | None = None) -> Response:
+    """``content`` checked against the route's response ``model`` and encoded as JSON, in the
+    worker thread (the route returns it as it is: FastAPI's own encoding would run on the event
+    loop). Past ``deadline`` nothing is encoded (:class:`~lattices.ops.DeadlineExceeded`)."""
+    check_deadline(deadline)
+    body = model.model_validate(content).model_dump_json(by_alias=True)
+    check_deadline(deadline)
+    return Response(body, media_type="application/json")
 
 
 def document_request_bodies(app: Any, models: dict[str, type[BaseModel]]) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
-from service.bodies import parse_json, validate
+from service.bodies import json_response, parse_json, validate
 from service.deps import RuntimeDep, in_worker
 from service.engine import Runtime, rescore_request
 from service.errors import APIError, empty_body_error
@@ -52,16 +53,18 @@ def parse_body(body: bytes, content_type: str, query: list[tuple[str, str]]) -> 
 
 
 def rescore_body(body: bytes, content_type: str, query: list[tuple[str, str]], runtime: Runtime,
-                 deadline: float | None = None) -> list[dict[str, Any]]:
-    """Parse a request body and rescore its lattices (in a worker thread, under the deadline)."""
-    return rescore_request(parse_body(body, content_type, query), runtime, deadline)
+                 deadline: float | None = None) -> Response:
+    """Parse a request body, rescore its lattices and encode the answer (in a worker thread,
+    under the deadline)."""
+    results = rescore_request(parse_body(body, content_type, query), runtime, deadline)
+    return json_response(RescoreResponse, {"results": results}, deadline)
 
 
 @router.post("/v1/rescore", response_model=RescoreResponse, openapi_extra={"requestBody": _BODY},
              responses={413: {"model": ErrorResponse}, 415: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
                         503: {"model": ErrorResponse}},
              summary="Rescore lattices exactly with the AFP model")
-async def rescore(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
+async def rescore(request: Request, runtime: RuntimeDep) -> Response:
     """Send a JSON :class:`RescoreRequest`, or a raw ``text/plain`` body (a Kaldi text archive or an
     HTK SLF file) with the options as query parameters, e.g.
     ``lattice-copy ark:lat.1 ark,t:- | curl --data-binary @- -H 'Content-Type: text/plain'
@@ -73,5 +76,4 @@ async def rescore(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
     if not body.strip():
         raise empty_body_error("a lattice archive as text/plain, or a JSON RescoreRequest")
     query = request.query_params.multi_items()
-    results = await in_worker(runtime, request.app.state.limiter, rescore_body, body, content_type, query, runtime)
-    return {"results": results}
+    return await in_worker(runtime, request.app.state.limiter, rescore_body, body, content_type, query, runtime)

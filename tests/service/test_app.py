@@ -311,3 +311,35 @@ def test_request_over_the_time_limit_is_503(model_dir):
         r = c.post("/v1/rescore", json={"format": "json", "lattice": sausage(150, 10), "nbest": 50})
         assert r.status_code == 503 and r.json()["error"]["kind"] == "timeout"
         assert c.get("/healthz").status_code == 200  # the server goes on
+
+
+def test_a_timed_out_request_keeps_its_worker_slot_until_its_work_stops(model_dir, monkeypatch):
+    """The 503 comes at the timeout, but the slot is given back only when the thread's work ends;
+    a request that finds no free slot before its deadline is answered 503 and its work never runs."""
+    import time
+
+    import service.routes.rescore as route
+
+    release, calls = threading.Event(), []
+
+    def stuck(request, runtime, deadline=None):  # work that ignores its deadline until released
+        calls.append(deadline)
+        release.wait(30)
+        return []
+
+    monkeypatch.setattr(route, "rescore_request", stuck)
+    with client_for(model_dir, request_timeout_s=0.2, workers=1) as c:
+        limiter = c.app.state.limiter
+        body = {"format": "json", "lattice": json.loads(json.dumps({"key": "k", "arcs": []}))}
+        assert c.post("/v1/rescore", json=body).json()["error"]["kind"] == "timeout"
+        assert limiter.borrowed_tokens == 1  # the thread still runs: its slot stays taken
+        assert c.post("/v1/rescore", json=body).json()["error"]["kind"] == "timeout"
+        assert len(calls) == 1 and calls[0] is not None  # the second request's work never started
+        release.set()
+        for _ in range(1000):  # the slot comes back once the thread ends
+            if limiter.borrowed_tokens == 0:
+                break
+            time.sleep(0.01)
+        assert limiter.borrowed_tokens == 0
+        assert c.post("/v1/rescore", json=body).json() == {"results": []}
+        assert len(calls) == 2 and c.get("/healthz").status_code == 200
