@@ -48,10 +48,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from lattices.ops import group_by, segment_index
+from lattices import topology
+from lattices.ops import segment_index
 
 EPSILON = "<eps>"
 
@@ -242,43 +244,24 @@ class Lattice:
     def _reachable(self, forward: bool, levels: Tensor | None = None) -> Tensor:
         """bool ``(S,)``: states reachable from the start (or reaching a final state when not ``forward``).
 
-        One step per level of an acyclic lattice, each over that level's arcs only."""
+        One step per level of an acyclic lattice, each over that level's arcs only (in numpy:
+        :mod:`lattices.topology`)."""
         levels = self.levels if levels is None else levels
-        mark = torch.zeros(self.num_states, dtype=torch.bool, device=self.device)
+        src, dst = self.src.cpu().numpy(), self.dst.cpu().numpy()
         if forward:
-            mark[self.start] = True
-            groups, frm, to = group_by(levels[self.src]), self.src, self.dst
+            seeds, frm, to = np.array([self.start]), src, dst
         else:
-            mark[self.finals] = True
-            groups, frm, to = reversed(group_by(levels[self.dst])), self.dst, self.src
-        for arcs in groups:
-            mark[to[arcs[mark[frm[arcs]]]]] = True
-        return mark
+            seeds, frm, to = self.finals.cpu().numpy(), dst, src
+        mark = topology.reachable(self.num_states, seeds, frm, to, levels.cpu().numpy(), backward=not forward)
+        return torch.from_numpy(mark).to(self.device)
 
     # ------------------------------------------------------------------ topology
     def _compute_levels(self) -> Tensor | None:
         """Longest-path depth of every state from the sources (in-degree 0); None on a cycle.
 
-        Computed level by level (Kahn's algorithm on whole tensors): one pass per level.
-        """
-        n = self.num_states
-        indegree = torch.zeros(n, dtype=torch.int64, device=self.device).index_add_(
-            0, self.dst, torch.ones_like(self.dst))
-        level = torch.full((n,), -1, dtype=torch.int64, device=self.device)
-        frontier = (indegree == 0).nonzero().squeeze(1)
-        depth, done = 0, 0
-        order = torch.argsort(self.src)
-        sorted_src = self.src[order]
-        while frontier.numel():
-            level[frontier] = depth
-            done += frontier.numel()
-            out = _arcs_leaving(sorted_src, order, frontier)
-            targets = self.dst[out]
-            indegree.index_add_(0, targets, -torch.ones_like(targets))
-            candidates = torch.unique(targets)
-            frontier = candidates[indegree[candidates] == 0]
-            depth += 1
-        return level if done == n else None
+        Computed level by level (Kahn's algorithm, :func:`lattices.topology.longest_path_levels`)."""
+        levels = topology.longest_path_levels(self.num_states, self.src.cpu().numpy(), self.dst.cpu().numpy())
+        return None if levels is None else torch.from_numpy(levels).to(self.device)
 
     @cached_property
     def levels(self) -> Tensor:
