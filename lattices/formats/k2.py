@@ -291,10 +291,7 @@ def _to_dict(lattice: Lattice) -> dict[str, Any]:
         acoustic = torch.cat([acoustic, lattice.final_acoustic])
         graph = torch.cat([graph, lattice.final_graph])
     added = 0 if direct else count
-    order = [start] + [s for s in range(n) if s not in (start, final)] + [final]
-    new_id = torch.empty(n, dtype=torch.int64)
-    new_id[torch.tensor(order)] = torch.arange(n)
-    src, dst = new_id[src], new_id[dst]
+    src, dst = _renumber(lattice, src, dst, final, n)
     perm = torch.argsort(src, stable=True)
     into_final = dst[perm] == n - 1
     extra = lattice.arc_extra
@@ -323,6 +320,21 @@ def _to_dict(lattice: Lattice) -> dict[str, Any]:
     for name, value in lattice.meta.get("k2_attributes", {}).items():
         out.setdefault(name, value)
     return out
+
+
+def _renumber(lattice: Lattice, src: Tensor, dst: Tensor, final: int, n: int) -> tuple[Tensor, Tensor]:
+    """``src``/``dst`` renumbered as k2 wants: the start state 0, the final state ``n - 1``, and
+    every arc from a lower to a higher id (k2's "top-sorted" property, which its shortest-path
+    and intersection algorithms assume). The other states keep their order when that is already
+    topological, else they are sorted by level."""
+    order = torch.tensor([lattice.start] + [s for s in range(n) if s not in (lattice.start, final)] + [final])
+    new_id = torch.empty(n, dtype=torch.int64)
+    new_id[order] = torch.arange(n)
+    if bool((new_id[src] >= new_id[dst]).any()):  # ids not in a topological order: sort by level
+        depth = torch.cat([lattice.levels.cpu(), torch.tensor([n])])[:n]  # a super-final state n - 1 goes last
+        depth[final] = n
+        new_id[torch.argsort(depth, stable=True)] = torch.arange(n)
+    return new_id[src], new_id[dst]
 
 
 def k2_dict_from_json(obj: Any, source: str | None = None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What :func:`write_k2` writes is a valid k2 FSA and reads back to the same lattice.
 
 k2's rules for one FSA (https://k2-fsa.github.io/k2/core_concepts/index.html, ``k2/csrc/fsa.h``):
-the start state is 0; there is one final state, the largest state number; exactly the arcs
+the start state is 0; there is one final state, the largest state number; every arc goes from a
+lower to a higher state number (top-sorted, as k2's shortest path assumes); exactly the arcs
 entering it have label -1 (and aux_label -1 in a transducer); no arc leaves it; the arcs are
 grouped by source state in increasing order. :func:`assert_valid_k2` checks them on the dict,
 as ``k2.Fsa.from_dict`` would get it. Lattices with several final states and final weights (the
@@ -38,6 +39,8 @@ def assert_valid_k2(d: dict[str, Any]) -> None:
     assert final >= 1 and bool((dst == final).any()), f"no arc enters the final state {final}"
     assert bool((src[1:] >= src[:-1]).all()), f"arcs not grouped by source: {src.tolist()[:40]}"
     assert not bool((src == final).any()), f"arcs {(src == final).nonzero().flatten().tolist()} leave the final state"
+    backward = (src >= dst).nonzero().flatten().tolist()
+    assert not backward, f"not top-sorted (k2's shortest path and intersection assume it): arcs {backward[:10]}"
     wrong = ((labels == -1) != (dst == final)).nonzero().flatten().tolist()
     assert not wrong, f"label -1 must be exactly on the arcs into {final}: arcs {wrong}, " \
                       f"labels {labels[wrong].tolist()}"
@@ -208,3 +211,13 @@ def test_real_lattices_write_valid_k2(name: str) -> None:
     new = rescored(lattices[0], scorer)
     assert new.finals.numel() >= 1
     assert_round_trip(new, exact_paths=False)
+
+
+def test_states_numbered_out_of_topological_order_are_written_top_sorted():
+    """States 0 -> 3 -> 1 -> 2 (final) and a branch 0 -> 1: k2 gets them renumbered in order."""
+    lattice = Lattice.from_arcs("k", [(0, 3, 1, -1.0, -0.5), (3, 1, 2, -2.0, -0.25), (1, 2, 3, -0.5, 0.0),
+                                      (0, 1, 2, -4.0, -1.0)], {2: (0.0, 0.0)}, ("<eps>", "a", "b", "c"))
+    d = write_k2([lattice])
+    assert_valid_k2(d)
+    (again,) = read_k2(d, lattice.symbols)
+    assert_same_paths(again, lattice)
