@@ -14,8 +14,15 @@ Two sources of time are known (each format module documents what it keeps):
   ``lattice-align-words-lexicon``); in a lattice straight from a decoder a word's transition
   ids may spill into its neighbours' arcs, as they do for Kaldi's own ``nbest-to-ctm``.
 
-A Kaldi ``Lattice`` (transducer), OpenFst, k2, JSON lattices and n-best lists carry no word
-times: :func:`path_word_times` raises :class:`NoWordTimes` for them.
+* Kaldi ``Lattice`` (transducer) input labels (``arc_extra["kaldi_ilabel"]``, int64 ``(A,)``):
+  an arc with a transition id (not 0) is one frame. Words are grouped as Kaldi's conversion to a
+  ``CompactLattice`` groups them: a word lasts from its own arc up to the next word arc of the
+  path (the epsilon-output arcs after it are its frames), and the frames before the first word
+  belong to no word. Where the decoding graph put a word's label inside its frames, its start
+  is late by those frames: align the lattice (``lattice-align-words``) for exact times.
+
+OpenFst, k2, JSON lattices and n-best lists carry no word times: :func:`path_word_times` raises
+:class:`NoWordTimes` for them.
 """
 
 from __future__ import annotations
@@ -45,11 +52,10 @@ def path_word_times(lattice: Lattice, path: Sequence[int], word_arcs: Sequence[i
         return _node_times(lattice, word_arcs)
     if "kaldi_tids" in lattice.arc_extra:
         return _frame_times(lattice, path, word_arcs, frame_shift)
-    kind = lattice.meta.get("kaldi_type")
-    hint = (" (a Kaldi Lattice (transducer) does not say where its words start: convert it to a CompactLattice "
-            "and align it with lattice-align-words)") if kind is not None else ""
+    if "kaldi_ilabel" in lattice.arc_extra:
+        return _frame_times(lattice, path, word_arcs, frame_shift, _transducer_frames(lattice, path))
     raise NoWordTimes(f"lattice {lattice.key!r} has no word times: they come from HTK node times (t=) or from a "
-                      f"Kaldi CompactLattice's transition ids{hint}")
+                      f"Kaldi lattice's transition ids")
 
 
 def _node_times(lattice: Lattice, word_arcs: Sequence[int]) -> list[tuple[float, float]]:
@@ -65,12 +71,31 @@ def _node_times(lattice: Lattice, word_arcs: Sequence[int]) -> list[tuple[float,
     return out
 
 
-def _frame_times(lattice: Lattice, path: Sequence[int], word_arcs: Sequence[int],
-                 frame_shift: float) -> list[tuple[float, float]]:
+def _compact_frames(lattice: Lattice, path: Sequence[int]) -> list[int]:
+    """Frames of each arc of ``path`` in a CompactLattice: its number of transition ids."""
     tids = lattice.arc_extra["kaldi_tids"]
+    return [len(tids[arc].split("_")) if tids[arc] else 0 for arc in path]
+
+
+def _transducer_frames(lattice: Lattice, path: Sequence[int]) -> list[int]:
+    """Frames of each arc of ``path`` in a Lattice, grouped as a CompactLattice would have them:
+    a word arc gets its own frame and those of the epsilon-output arcs after it up to the next
+    word arc; epsilon arcs get the frames before the first word (and 0 once they are grouped)."""
+    ilabels, words = lattice.arc_extra["kaldi_ilabel"].cpu().tolist(), lattice.words.cpu().tolist()
+    frames, owner = [0] * len(path), 0
+    for i, arc in enumerate(path):
+        if words[arc] != 0:
+            owner = i
+        frames[owner] += int(ilabels[arc] != 0)
+    return frames
+
+
+def _frame_times(lattice: Lattice, path: Sequence[int], word_arcs: Sequence[int], frame_shift: float,
+                 counts: Sequence[int] | None = None) -> list[tuple[float, float]]:
+    """Times from per-arc frame counts along ``path`` (default: a CompactLattice's transition ids)."""
+    counts = _compact_frames(lattice, path) if counts is None else counts
     starts, frames = {}, 0
-    for arc in path:
-        count = len(tids[arc].split("_")) if tids[arc] else 0
+    for arc, count in zip(path, counts):
         starts[arc] = (frames, count)
         frames += count
     if frames == 0 and word_arcs:

@@ -366,7 +366,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
                    help="a Kaldi transcript 'KEY WORD ...' per LM weight: DIR/LMWT/text, LMWT as given (DIR/0.5/text)")
     g.add_argument("--ctm", metavar="TARGET",
                    help="'KEY 1 START DURATION WORD [POSTERIOR]' per best-path word (one --lm-weight); times from "
-                        "HTK node times or Kaldi CompactLattice transition ids (word-aligned lattices: "
+                        "HTK node times or Kaldi transition ids (exact for word-aligned lattices: "
                         "lattice-align-words); the posterior with --posteriors")
     g.add_argument("--frame-shift", type=float, default=0.01, metavar="SECONDS",
                    help="seconds per Kaldi frame, for --ctm (default 0.01; chain models, frame subsampling 3: 0.03)")

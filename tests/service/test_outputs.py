@@ -135,9 +135,19 @@ def test_ctm_without_times_is_an_error(scorer):
     utt1 = results(scorer, no_tids)[0]
     with pytest.raises(NoWordTimes, match="no transition ids"):
         ctm_lines(utt1)
-    transducer = read_kaldi("t\n0 1 7 the 1,2\n1 0,0\n\n", WORDS)[0]
-    with pytest.raises(NoWordTimes, match="CompactLattice"):
-        path_word_times(transducer, [0], [0])
+    no_ilabels = read_kaldi("t\n0 1 0 the 1,2\n1 0,0\n\n", WORDS)[0]  # a Lattice with no transition id
+    with pytest.raises(NoWordTimes, match="no transition ids"):
+        path_word_times(no_ilabels, [0], [0])
+
+
+def test_ctm_times_of_a_kaldi_lattice_transducer(scorer):
+    """One frame per arc with a transition id; a word lasts from its arc to the next word arc,
+    as Kaldi's conversion to a CompactLattice groups them (the leading silence frames are no word's)."""
+    lattice = read_kaldi("t\n0 1 5 <eps> 1,2\n1 2 6 the 0,1\n2 3 6 <eps>\n3 4 0 <eps>\n4 5 7 cat\n5 6 8 <eps>\n6 0,0\n\n",
+                         WORDS)[0]
+    path = list(range(6))
+    assert path_word_times(lattice, path, [1, 4]) == [(0.01, 0.02), (0.03, 0.02)]
+    assert path_word_times(lattice, path, [4], frame_shift=0.03)[0] == pytest.approx((0.09, 0.06))
 
 
 def test_posteriors_are_one_per_word_and_within_0_1(scorer):
