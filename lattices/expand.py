@@ -15,9 +15,12 @@ Symbols:
     ``<sil>``, ``[noise]``, ``<SPOKEN_NOISE>``, ``!ENTER``/``!EXIT`` (:data:`DEFAULT_SKIP`).
 
 The expansion runs level by level over the original states in topological order, on whole
-tensors on the lattice's device (no per-arc Python loop): each level takes the (state, history)
-pairs that arrive from earlier levels, merges duplicates (``ops.unique_rows``) and emits the
-successors of the new states.
+arrays (no per-arc Python loop): each level takes the (state, history) pairs that arrive from
+earlier levels, merges duplicates (``ops.unique_rows_np``) and emits the successors of the new
+states. It runs in numpy on the CPU, as the design keeps expansion on CPU workers: a level of a
+narrow lattice (a chain, a frame-level Kaldi lattice) holds a few arcs, where a numpy call's
+fixed cost (about a microsecond) is a tenth of a small torch call's; the result comes back as
+tensors on the lattice's device.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from lattices import topology
 from lattices.lattice import Lattice
-from lattices.ops import check_deadline, segment_index, unique_rows
+from lattices.ops import check_deadline, unique_rows_np
 
 PAD = -1
 
@@ -139,48 +144,52 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
     """
     if rho < 1:
         raise ValueError(f"rho must be at least 1, got {rho}")
-    device = lattice.device
-    mapping = lm_word_of_symbol.to(device)
-    levels = lattice.levels
+    levels = lattice.levels.cpu().numpy()
     num_levels = int(levels.max()) + 1
-    arc_word = mapping[lattice.words]
+    lattice_dst = lattice.dst.cpu().numpy()
+    arc_word = lm_word_of_symbol.cpu().numpy()[lattice.words.cpu().numpy()]
+    by_src, starts = topology.arcs_by_state(lattice.num_states, lattice.src.cpu().numpy())
 
-    start_history = torch.full((1, rho), PAD, dtype=torch.int64, device=device)
+    start_history = np.full((1, rho), PAD, dtype=np.int64)
     start_history[0, -1] = bos_id
-    state_orig = [torch.tensor([lattice.start], device=device)]
-    state_history = [start_history]
+    state_orig, state_history = [np.array([lattice.start], dtype=np.int64)], [start_history]
     src_parts, dst_parts, arc_parts = [], [], []
     # arcs waiting for their destination's level: per level, lists of (src id, orig arc, dst orig, history)
-    pending: list[list[tuple[Tensor, Tensor, Tensor, Tensor]]] = [[] for _ in range(num_levels)]
+    pending: list[list[tuple[np.ndarray, ...]]] = [[] for _ in range(num_levels)]
     num_states, num_arcs = 1, 0
 
-    def emit(ids: Tensor, orig: Tensor, history: Tensor) -> None:
+    def emit(ids: np.ndarray, orig: np.ndarray, history: np.ndarray) -> None:
         """Queue the successors of new expanded states ``ids`` (orig states ``orig``, ``history``)."""
-        arcs = lattice.arcs_leaving(orig)
-        if arcs.numel() == 0:
+        arcs = topology.gather(by_src, starts, orig)
+        if arcs.size == 0:
             return
-        counts = lattice.out_degree[orig]
-        owner = segment_index(counts)
+        owner = np.repeat(np.arange(orig.size), starts[orig + 1] - starts[orig])
         word = arc_word[arcs]
-        shifted = torch.cat([history[owner, 1:], word.unsqueeze(1)], dim=1)
-        new_history = torch.where((word >= 0).unsqueeze(1), shifted, history[owner])
-        dst = lattice.dst[arcs]
+        new_history = history[owner]
+        moved = word >= 0
+        if moved.any():
+            shifted = np.concatenate([new_history[:, 1:], word[:, None]], axis=1)
+            new_history = np.where(moved[:, None], shifted, new_history)
+        dst = lattice_dst[arcs]
         dst_level = levels[dst]
-        order = torch.argsort(dst_level, stable=True)
-        level_values, level_counts = torch.unique_consecutive(dst_level[order], return_counts=True)
-        for level, chunk in zip(level_values.tolist(), torch.split(order, level_counts.tolist())):
-            pending[level].append((ids[owner[chunk]], arcs[chunk], dst[chunk], new_history[chunk]))
+        if arcs.size == 1 or (dst_level == dst_level[0]).all():  # one destination level (a chain's case)
+            pending[int(dst_level[0])].append((ids[owner], arcs, dst, new_history))
+            return
+        order = np.argsort(dst_level, kind="stable")
+        bounds = np.flatnonzero(np.diff(dst_level[order])) + 1
+        for chunk in np.split(order, bounds):
+            pending[int(dst_level[chunk[0]])].append((ids[owner[chunk]], arcs[chunk], dst[chunk], new_history[chunk]))
 
-    emit(torch.zeros(1, dtype=torch.int64, device=device), state_orig[0], start_history)
+    emit(np.zeros(1, dtype=np.int64), state_orig[0], start_history)
     for level in range(1, num_levels):
         check_deadline(deadline)
         if not pending[level]:
             continue
-        src_ids, arcs, dst, history = (torch.cat(parts) for parts in zip(*pending[level]))
+        parts = pending[level]
+        src_ids, arcs, dst, history = parts[0] if len(parts) == 1 else (np.concatenate(p) for p in zip(*parts))
         pending[level] = []
-        keys = torch.cat([dst.unsqueeze(1), history], dim=1)
-        unique_keys, inverse = unique_rows(keys)
-        new_ids = torch.arange(num_states, num_states + unique_keys.shape[0], device=device)
+        unique_keys, inverse = unique_rows_np(np.concatenate([dst[:, None], history], axis=1))
+        new_ids = np.arange(num_states, num_states + unique_keys.shape[0])
         num_states += unique_keys.shape[0]
         src_parts.append(src_ids)
         dst_parts.append(new_ids[inverse])
@@ -192,16 +201,21 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
         state_history.append(unique_keys[:, 1:])
         emit(new_ids, unique_keys[:, 0], unique_keys[:, 1:])
 
-    state_orig_t = torch.cat(state_orig)
-    empty = torch.zeros(0, dtype=torch.int64, device=device)
-    src = torch.cat(src_parts) if src_parts else empty
-    arc_orig = torch.cat(arc_parts) if arc_parts else empty
-    order = torch.argsort(src, stable=True)  # arcs grouped by source, sources in topological order
-    final_position = torch.full((lattice.num_states,), -1, dtype=torch.int64, device=device)
-    final_position[lattice.finals] = torch.arange(lattice.finals.shape[0], device=device)
-    is_final = final_position[state_orig_t] >= 0
-    finals = is_final.nonzero().squeeze(1)
+    state_orig_a = np.concatenate(state_orig)
+    empty = np.zeros(0, dtype=np.int64)
+    src = np.concatenate(src_parts) if src_parts else empty
+    arc_orig = np.concatenate(arc_parts) if arc_parts else empty
+    order = np.argsort(src, kind="stable")  # arcs grouped by source, sources in topological order
+    final_position = np.full(lattice.num_states, -1, dtype=np.int64)
+    final_position[lattice.finals.cpu().numpy()] = np.arange(lattice.finals.shape[0])
+    finals = np.flatnonzero(final_position[state_orig_a] >= 0)
+    arc_orig = arc_orig[order]
+
+    def tensor(values: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(lattice.device)
+
     return Expansion(
-        lattice=lattice, rho=rho, state_orig=state_orig_t, state_history=torch.cat(state_history),
-        src=src[order], dst=(torch.cat(dst_parts) if dst_parts else empty)[order], arc_orig=arc_orig[order],
-        arc_lm_word=arc_word[arc_orig[order]], finals=finals, final_orig=final_position[state_orig_t[finals]])
+        lattice=lattice, rho=rho, state_orig=tensor(state_orig_a), state_history=tensor(np.concatenate(state_history)),
+        src=tensor(src[order]), dst=tensor((np.concatenate(dst_parts) if dst_parts else empty)[order]),
+        arc_orig=tensor(arc_orig), arc_lm_word=tensor(arc_word[arc_orig]), finals=tensor(finals),
+        final_orig=tensor(final_position[state_orig_a[finals]]))

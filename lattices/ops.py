@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,6 +33,16 @@ def group_by(key: Tensor) -> list[Tensor]:
     return list(torch.split(order, counts.tolist()))
 
 
+def _row_keys(rows: Any) -> Any:
+    """A 64-bit hash of each row of an int64 ``(N, W)`` matrix (a torch tensor or a numpy array:
+    the same operators on both; int64 arithmetic wraps around)."""
+    key = rows[:, 0] * 0
+    for column in range(rows.shape[1]):
+        multiplier = _MULTIPLIERS[column % len(_MULTIPLIERS)]
+        key = (key ^ (key >> 29)) * multiplier + rows[:, column]
+    return key
+
+
 def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
     """Distinct rows of an int64 ``(N, W)`` matrix and each row's index among them.
 
@@ -40,17 +52,27 @@ def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
     """
     if rows.shape[0] == 0:
         return rows, torch.zeros(0, dtype=torch.int64, device=rows.device)
-    key = torch.zeros(rows.shape[0], dtype=torch.int64, device=rows.device)
-    for column in range(rows.shape[1]):
-        multiplier = _MULTIPLIERS[column % len(_MULTIPLIERS)]
-        key = (key ^ (key >> 29)) * multiplier + rows[:, column]  # int64 arithmetic wraps around
-    keys, inverse = torch.unique(key, return_inverse=True)
+    keys, inverse = torch.unique(_row_keys(rows), return_inverse=True)
     first = torch.full((keys.shape[0],), rows.shape[0], dtype=torch.int64, device=rows.device)
     first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
     distinct = rows[first]
     if not torch.equal(distinct[inverse], rows):  # a hash collision: be exact
         return torch.unique(rows, dim=0, return_inverse=True)
     return distinct, inverse
+
+
+def unique_rows_np(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`unique_rows` of a numpy int64 ``(N, W)`` matrix (same hash, same order of the
+    distinct rows), for the passes that run in numpy on the CPU (:mod:`lattices.topology`)."""
+    if rows.shape[0] <= 1:
+        return rows, np.zeros(rows.shape[0], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        keys = _row_keys(rows)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    distinct = rows[first]
+    if not np.array_equal(distinct[inverse], rows):  # a hash collision: be exact
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    return distinct, inverse.reshape(-1)
 
 
 class DeadlineExceeded(TimeoutError):

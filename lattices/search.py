@@ -3,11 +3,13 @@
 (The k best distinct label sequences: :mod:`lattices.kbest`.)
 
 All work on a :class:`Dag`: arcs with one total score each, final states with a final score,
-and a level per state (every arc goes to a deeper level). Each algorithm runs one tensor step
-per level, never a Python loop over arcs, on whatever device the tensors live on; a level's
-step reads and writes that level's states and arcs only (gathered into and scattered out of
-the level's slice), so a pass costs time linear in the graph however many levels it has (a
-frame-level lattice has one per frame).
+and a level per state (every arc goes to a deeper level). Each algorithm runs one array step
+per level, never a Python loop over arcs; a level's step reads and writes that level's states
+and arcs only, so a pass costs time linear in the graph however many levels it has (a
+frame-level lattice has one per frame). Forward, backward and the best path run in numpy on the
+CPU (``ufunc.at`` reductions: a level costs a few microseconds, a tenth of the same step in
+small torch calls, which is what a narrow lattice's thousands of levels are made of) and return
+tensors on the scores' device; the k-best Viterbi runs in torch on that device.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,18 +56,28 @@ class Dag:
         """The same graph with other scores (keeps the cached level grouping)."""
         other = Dag(self.num_states, self.start, self.src, self.dst, score, self.finals, final_score, self.level,
                     self.deadline)
-        other.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("_into_level", "_out_of_level")})
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k in _GRAPH_CACHES})
         return other
 
     @cached_property
-    def _into_level(self) -> _LevelArcs:
-        """Arcs grouped by the level of their destination (forward passes)."""
-        return _LevelArcs.group(self.dst, self.level)
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``src``, ``dst`` as numpy int64 arrays on the CPU."""
+        return self.src.cpu().numpy(), self.dst.cpu().numpy()
 
     @cached_property
-    def _out_of_level(self) -> _LevelArcs:
-        """Arcs grouped by the level of their source (backward passes)."""
-        return _LevelArcs.group(self.src, self.level)
+    def _by_dst_level(self) -> tuple[np.ndarray, list[int]]:
+        """Arc ids sorted by the level of their destination, and each level's offsets (forward passes)."""
+        return _level_order(self._arrays[1], self.level.cpu().numpy())
+
+    @cached_property
+    def _by_src_level(self) -> tuple[np.ndarray, list[int]]:
+        """Arc ids sorted by the level of their source, and each level's offsets (backward passes)."""
+        return _level_order(self._arrays[0], self.level.cpu().numpy())
+
+    @cached_property
+    def _into_level(self) -> _LevelArcs:
+        """Arcs grouped by the level of their destination (the k-best Viterbi)."""
+        return _LevelArcs.group(self.dst, self.level)
 
     def _final_vector(self) -> Tensor:
         out = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
@@ -73,26 +86,32 @@ class Dag:
     # ------------------------------------------------------------------ forward / backward
     def forward(self, log_sum: bool = False) -> Tensor:
         """float ``(S,)``: best (or log-summed) score of reaching each state from the start."""
-        alpha = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
+        alpha = np.full(self.num_states, NEG_INF)
         alpha[self.start] = 0.0
-        return self._sweep(alpha, self._into_level, self.src, log_sum, reverse=False)
+        return self._sweep(alpha, log_sum, reverse=False)
 
     def backward(self, log_sum: bool = False) -> Tensor:
         """float ``(S,)``: best (or log-summed) score from each state to the end, final score included."""
-        return self._sweep(self._final_vector(), self._out_of_level, self.dst, log_sum, reverse=True)
+        beta = np.full(self.num_states, NEG_INF)
+        beta[self.finals.cpu().numpy()] = self.final_score.cpu().numpy()
+        return self._sweep(beta, log_sum, reverse=True)
 
-    def _sweep(self, values: Tensor, groups: _LevelArcs, other_end: Tensor, log_sum: bool, reverse: bool) -> Tensor:
-        """Fold every arc into ``values`` (float ``(S,)``, changed in place and returned) at its
-        grouped end: ``values[end] = reduce(values[end], values[other end] + score)`` over the arcs
-        into each end state, one level at a time, touching only that level's states and arcs."""
-        reduce = _scatter_logsumexp if log_sum else _scatter_max
-        source, score = other_end[groups.arcs], self.score[groups.arcs]
-        levels = range(groups.num_levels - 1, -1, -1) if reverse else range(groups.num_levels)
+    def _sweep(self, values: np.ndarray, log_sum: bool, reverse: bool) -> Tensor:
+        """Fold every arc into ``values`` (float64 ``(S,)``, changed in place) at its end:
+        ``values[end] = reduce(values[end], values[other end] + score)`` over the arcs into each
+        end state (the source going backward), one level at a time, deepest first when ``reverse``.
+        Returns ``values`` as a tensor of the scores' dtype and device."""
+        order, offsets = self._by_src_level if reverse else self._by_dst_level
+        src, dst = self._arrays
+        frm, to = (dst[order], src[order]) if reverse else (src[order], dst[order])
+        score = self.score.cpu().numpy().astype(np.float64)[order]
+        fold = np.logaddexp.at if log_sum else np.maximum.at
+        levels = range(len(offsets) - 2, -1, -1) if reverse else range(len(offsets) - 1)
         for i in levels:
             check_deadline(self.deadline)
-            arcs, states = groups.level(i)
-            values[states] = reduce(values[states], groups.local[arcs], values[source[arcs]] + score[arcs])
-        return values
+            part = slice(offsets[i], offsets[i + 1])
+            fold(values, to[part], values[frm[part]] + score[part])
+        return torch.from_numpy(values).to(device=self.score.device, dtype=self.score.dtype)
 
     def arc_posteriors(self) -> Tensor:
         """float ``(X,)``: posterior probability of each arc (log-sum forward-backward)."""
@@ -112,28 +131,28 @@ class Dag:
         The same path as ``k_best_paths(1)`` (a state's ties go to its lowest incoming arc id),
         with one back-pointer per state. Raises ``ValueError`` when no final state is reachable.
         """
-        alpha = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
+        order, offsets = self._by_dst_level
+        src, dst = self._arrays
+        frm, to, score = src[order], dst[order], self.score.cpu().numpy().astype(np.float64)[order]
+        alpha = np.full(self.num_states, NEG_INF)
         alpha[self.start] = 0.0
-        back = torch.full((self.num_states,), -1, dtype=torch.int64, device=self.score.device)
-        groups, none = self._into_level, self.src.shape[0]  # ``none``: larger than every arc id
-        source, score = self.src[groups.arcs], self.score[groups.arcs]
-        for i in range(groups.num_levels):
+        none = src.shape[0]  # larger than every arc id
+        back = np.full(self.num_states, none, dtype=np.int64)
+        for i in range(len(offsets) - 1):
             check_deadline(self.deadline)
-            arcs, states = groups.level(i)
-            local, cand = groups.local[arcs], alpha[source[arcs]] + score[arcs]
-            best = torch.full_like(states, NEG_INF, dtype=alpha.dtype).scatter_reduce(0, local, cand, reduce="amax")
-            wins = torch.where((cand == best[local]) & (cand > NEG_INF), groups.arcs[arcs], none)
-            first = torch.full_like(states, none).scatter_reduce(0, local, wins, reduce="amin")
-            alpha[states] = best
-            back[states] = torch.where(first < none, first, -1)
-        ends = alpha[self.finals] + self.final_score
+            part = slice(offsets[i], offsets[i + 1])
+            into, cand = to[part], alpha[frm[part]] + score[part]
+            np.maximum.at(alpha, into, cand)
+            wins = (cand == alpha[into]) & (cand > NEG_INF)
+            np.minimum.at(back, into[wins], order[part][wins])
+        ends = alpha[self.finals.cpu().numpy()] + self.final_score.cpu().numpy()
         if not bool((ends > NEG_INF).any()):
             raise ValueError("no complete path: no final state is reachable from the start")
-        top = int(torch.topk(ends, 1).indices[0])
-        back_cpu, src_cpu, state, arcs = back.cpu().numpy(), self.src.cpu().numpy(), int(self.finals[top]), []
-        while back_cpu[state] >= 0:
-            arcs.append(int(back_cpu[state]))
-            state = int(src_cpu[arcs[-1]])
+        top = int(np.argmax(ends))
+        state, arcs = int(self.finals[top]), []
+        while back[state] < none:
+            arcs.append(int(back[state]))
+            state = int(src[arcs[-1]])
         return float(ends[top]), torch.tensor(arcs[::-1], dtype=torch.int64)
 
     def k_best_paths(self, k: int) -> tuple[Tensor, list[Tensor]]:
@@ -238,8 +257,17 @@ class _LevelArcs:
         return _LevelArcs(order, states, local, arc_offsets, [0, *state_ends.tolist()])
 
 
-def _scatter_max(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
-    return target.scatter_reduce(0, index, values, reduce="amax", include_self=True)
+#: the cached groupings of a Dag that depend on its graph only (kept by :meth:`Dag.with_scores`)
+_GRAPH_CACHES = ("_into_level", "_arrays", "_by_dst_level", "_by_src_level")
+
+
+def _level_order(end: np.ndarray, level: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Arc ids sorted by ``level[end]`` (stable: arc id order within a level) and the offsets of
+    each level's run (``L + 1`` ints)."""
+    key = level[end]
+    order = np.argsort(key, kind="stable")
+    bounds = np.flatnonzero(np.diff(key[order])) + 1
+    return order, [0, *bounds.tolist(), int(order.shape[0])]
 
 
 def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
