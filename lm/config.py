@@ -19,6 +19,8 @@ ARCHITECTURES = ("rnn", "ffnn")
 MODES = ("exact", "afp")
 SOFTMAXES = ("full", "adaptive")
 PRECISIONS = ("fp32", "bf16", "auto")
+#: Default bound on the output-layer logits evaluation holds at once (elements; 256 MiB of float32).
+DEFAULT_EVAL_ELEMENTS = 1 << 26
 
 C = TypeVar("C", bound="_JsonConfig")
 
@@ -200,6 +202,14 @@ class TrainConfig(_JsonConfig):
     matmul dominates, so GPUs should gain as well. A CPU without native bfloat16 (AVX2 only)
     emulates it and trains an order of magnitude slower: ``auto`` picks bf16 on CUDA and on CPUs with
     AVX512-BF16 or AMX, else fp32 (:func:`lm.train.resolve_precision`).
+
+    Interruption: ``checkpoint_every_steps`` and/or ``checkpoint_every_minutes`` also write the
+    resume state (:mod:`lm.resume`) within an epoch, after every that many optimizer steps or
+    minutes (None: at epoch ends only); ``max_steps`` stops the run after that many optimizer
+    steps in total, with a resume state to continue from. A resumed run continues exactly where
+    the saved one stopped, mid-epoch included. These three, ``eval_max_elements`` (the bound on
+    the logits validation holds at once, :func:`lm.evaluate.score_corpus`) and ``epochs`` may
+    change between the sessions of one run.
     """
 
     train: str
@@ -220,9 +230,19 @@ class TrainConfig(_JsonConfig):
     num_threads: int | None = None
     max_train_sentences: int | None = None
     precision: str = "fp32"
+    checkpoint_every_steps: int | None = None
+    checkpoint_every_minutes: float | None = None
+    max_steps: int | None = None
+    eval_max_elements: int = DEFAULT_EVAL_ELEMENTS
 
     def __post_init__(self) -> None:
         _check_int(self.epochs, "epochs", 1)
+        for name in ("checkpoint_every_steps", "max_steps"):
+            if getattr(self, name) is not None:
+                _check_int(getattr(self, name), name, 1)
+        if self.checkpoint_every_minutes is not None:
+            _check_number(self.checkpoint_every_minutes, "checkpoint_every_minutes", 0.0, 1e6, low_open=True)
+        _check_int(self.eval_max_elements, "eval_max_elements", 1)
         _check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
         _check_int(self.batch_size, "batch_size", 1)
         _check_number(self.lr, "lr", 0.0, 10.0, low_open=True)

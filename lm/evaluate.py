@@ -3,15 +3,24 @@
 Sentences are independent: each starts from the model's initial state at ``<s>``. The token
 count of a sentence is its words plus one ``</s>``; out-of-vocabulary words are scored as the
 unknown-word symbol and counted in ``oov``.
+
+Memory is bounded by a logits budget (``max_elements``), as in rescoring
+(:meth:`lm.model.LanguageModel.score_contexts`): batches hold as many positions as fit, and the
+model's output layer splits whatever does not (:meth:`lm.model.LanguageModel.target_log_probs`),
+so a 200k-word vocabulary never meets a 16k-position batch in one logits tensor.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
+from lm.config import DEFAULT_EVAL_ELEMENTS
 from lm.corpus import EncodedCorpus, collate
 from lm.model import LanguageModel
 
@@ -47,28 +56,86 @@ class CorpusScore:
                 "logprob": self.logprob}
 
 
-@torch.no_grad()
-def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 64,
-                 max_tokens: int = 16384) -> CorpusScore:
-    """Score every sentence with the model's configured forward pass.
+def plan_batches(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 64, max_tokens: int = 16384,
+                 max_elements: int = DEFAULT_EVAL_ELEMENTS) -> list[list[int]]:
+    """Sentence indices of each evaluation batch, shortest sentences first.
 
-    Sentences are sorted by length and packed into batches of at most ``batch_size`` sentences and
-    about ``max_tokens`` padded positions; results come back in corpus order.
+    A batch holds at most ``batch_size`` sentences and ``min(max_tokens, model.rows_within(max_elements))``
+    padded positions, so its output-layer logits (positions x :attr:`LanguageModel.logit_width`)
+    stay within ``max_elements``; a sentence longer than that is a batch of its own, and the model
+    splits its positions (:meth:`LanguageModel.target_log_probs`). The plan depends on the corpus
+    and the budget only, so every process of a distributed run computes the same one.
     """
-    was_training = model.training
-    model.eval()
-    device = model.device
+    if batch_size < 1 or max_tokens < 1 or max_elements < 1:
+        raise ValueError(f"batch_size, max_tokens and max_elements must be positive, got {batch_size}, "
+                         f"{max_tokens} and {max_elements}")
+    positions = min(max_tokens, model.rows_within(max_elements))
     order = sorted(range(corpus.sentences), key=lambda i: len(corpus.ids[i]))
-    results: list[torch.Tensor | None] = [None] * corpus.sentences
-    start = 0
+    groups, start = [], 0
     while start < len(order):
         longest = len(corpus.ids[order[min(start + batch_size, len(order)) - 1]])
-        size = max(1, min(batch_size, max_tokens // max(longest, 1)))
-        group = order[start:start + size]
-        batch = collate([corpus.ids[i] for i in group]).to(device)
-        scores = model.token_logprobs(batch.inputs, batch.targets, batch.lengths).double().cpu()
-        for row, index in enumerate(group):
-            results[index] = scores[row, : int(batch.lengths[row])]
+        size = max(1, min(batch_size, positions // max(longest, 1)))
+        groups.append(order[start:start + size])
         start += size
-    model.train(was_training)
+    return groups
+
+
+@contextmanager
+def _eval_mode(model: LanguageModel) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def _score_group(model: LanguageModel, corpus: EncodedCorpus, group: list[int],
+                 max_elements: int) -> list[torch.Tensor]:
+    """Token log-probabilities of the sentences ``group``: one float64 CPU tensor of shape
+    ``(n_i + 1,)`` per sentence (words then ``</s>``)."""
+    batch = collate([corpus.ids[i] for i in group]).to(model.device)
+    scores = model.token_logprobs(batch.inputs, batch.targets, batch.lengths, max_elements=max_elements)
+    scores = scores.double().cpu()
+    return [scores[row, : int(batch.lengths[row])] for row in range(len(group))]
+
+
+def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 64, max_tokens: int = 16384,
+                 max_elements: int = DEFAULT_EVAL_ELEMENTS) -> CorpusScore:
+    """Score every sentence with the model's configured forward pass, in the batches of
+    :func:`plan_batches` (at most ``max_elements`` logits at a time); results come back in corpus
+    order."""
+    results: list[torch.Tensor | None] = [None] * corpus.sentences
+    with _eval_mode(model):
+        for group in plan_batches(model, corpus, batch_size, max_tokens, max_elements):
+            for index, values in zip(group, _score_group(model, corpus, group, max_elements)):
+                results[index] = values
     return CorpusScore(token_logprobs=[r for r in results if r is not None], tokens=corpus.tokens, oov=corpus.oov)
+
+
+def corpus_logprob(model: LanguageModel, corpus: EncodedCorpus, rank: int = 0, world_size: int = 1,
+                   batch_size: int = 64, max_tokens: int = 16384,
+                   max_elements: int = DEFAULT_EVAL_ELEMENTS) -> tuple[float, int]:
+    """Summed natural-log probability and token count of the whole corpus, shared among processes.
+
+    With ``world_size > 1`` (``torch.distributed`` initialised; every rank calls this) rank ``r``
+    scores batches ``r, r + world_size, ...`` of :func:`plan_batches` and the float64 totals are
+    all-reduced, so every rank returns the corpus's totals. Each sentence is scored in the same
+    batch as by :func:`score_corpus`, so the sum differs from its :attr:`CorpusScore.logprob` only
+    by float64 summation order.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    groups = plan_batches(model, corpus, batch_size, max_tokens, max_elements)[rank::world_size]
+    logprob, tokens = 0.0, 0
+    with _eval_mode(model):
+        for group in groups:
+            for values in _score_group(model, corpus, group, max_elements):
+                logprob += float(values.sum())
+                tokens += values.numel()
+    if world_size > 1:
+        totals = torch.tensor([logprob, float(tokens)], dtype=torch.float64, device=model.device)
+        dist.all_reduce(totals)
+        logprob, tokens = float(totals[0]), int(totals[1])
+    return logprob, tokens

@@ -128,8 +128,16 @@ class LanguageModel(nn.Module, ABC):
         """Log-probability of one target per row. ``features: (K, F)``, ``targets: int64 (K,)`` -> float32 ``(K,)``.
 
         Full softmax: a cross-entropy over the vocabulary. Adaptive softmax: the head for every row
-        and, for rows whose target lies in a tail cluster, that cluster's softmax only, at most
-        ``max_elements`` log-probabilities at a time (None: all rows at once, as training does)."""
+        and, for rows whose target lies in a tail cluster, that cluster's softmax only; no
+        full-vocabulary logits are built. With ``max_elements`` no logits tensor holds more than
+        that many numbers (rows go :meth:`rows_within` at a time through the output layer, and as
+        many as fit through each tail cluster), except that one row always goes through; None
+        computes all rows at once, as training does."""
+        step = features.shape[0] if max_elements is None else self.rows_within(max_elements)
+        if features.shape[0] > step:
+            return torch.cat([self.target_log_probs(features[first:first + step], targets[first:first + step],
+                                                    max_elements)
+                              for first in range(0, features.shape[0], step)])
         if self.adaptive is None:
             return -F.cross_entropy(self.logits(features).float(), targets, reduction="none")
         features = self.dropout(features)
@@ -145,6 +153,18 @@ class LanguageModel(nn.Module, ABC):
                 picked = tail.gather(1, (targets[part] - lo).unsqueeze(1)).squeeze(1)
                 out = out.index_copy(0, part, head[part, shortlist + i] + picked)
         return out
+
+    @property
+    def logit_width(self) -> int:
+        """Logits one row costs in the output layer: the vocabulary for a full softmax; the head
+        (shortlist plus one entry per tail cluster) for an adaptive one, whose tail clusters are
+        bounded separately in :meth:`target_log_probs`."""
+        return self.config.vocab_size if self.adaptive is None else self.adaptive.head_size
+
+    def rows_within(self, max_elements: int) -> int:
+        """Rows whose output-layer logits (:attr:`logit_width` each) fit in ``max_elements``
+        numbers; at least 1."""
+        return max(1, max_elements // self.logit_width)
 
     def _clusters(self) -> list[tuple[int, int]]:
         assert self.adaptive is not None
@@ -167,11 +187,14 @@ class LanguageModel(nn.Module, ABC):
         """Same as :meth:`token_logprobs` (so that DDP and hooks see the training computation)."""
         return self.token_logprobs(inputs, targets, lengths, detach)
 
-    def token_logprobs(self, inputs: Tensor, targets: Tensor, lengths: Tensor, detach: bool = False) -> Tensor:
+    def token_logprobs(self, inputs: Tensor, targets: Tensor, lengths: Tensor, detach: bool = False,
+                       max_elements: int | None = None) -> Tensor:
         """Log-probability of every target. ``inputs, targets: (B, T)``, ``lengths: (B,)`` ->
-        ``(B, T)``; padding positions give 0. The softmax runs on real positions only."""
+        ``(B, T)``; padding positions give 0. The softmax runs on real positions only, through
+        :meth:`target_log_probs` (never full-vocabulary logits for an adaptive softmax), holding
+        at most ``max_elements`` logits at a time (None: every position at once)."""
         mask = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
-        picked = self.target_log_probs(self.features(inputs, detach)[mask], targets[mask])
+        picked = self.target_log_probs(self.features(inputs, detach)[mask], targets[mask], max_elements)
         out = picked.new_zeros(targets.shape)
         out[mask] = picked
         return out
@@ -212,8 +235,7 @@ class LanguageModel(nn.Module, ABC):
         order = torch.argsort(target_context, stable=True)
         sorted_context = target_context[order]
         result = torch.empty(targets.shape[0], device=device)
-        width = self.config.vocab_size if self.adaptive is None else self._adaptive_width()
-        chunk = max(1, max_elements // width)
+        chunk = self.rows_within(max_elements)
         for start in range(0, contexts.shape[0], chunk):
             stop = min(start + chunk, contexts.shape[0])
             lo, hi = torch.searchsorted(sorted_context, torch.tensor([start, stop], device=device)).tolist()
@@ -230,12 +252,6 @@ class LanguageModel(nn.Module, ABC):
                     result[part] = self.target_log_probs(features[rows[first:first + chunk]], targets[part],
                                                          max_elements)
         return result
-
-    def _adaptive_width(self) -> int:
-        """Log-probabilities one row of the adaptive softmax's head holds (tail clusters are
-        bounded separately, in :meth:`target_log_probs`)."""
-        assert self.adaptive is not None
-        return self.adaptive.head_size
 
     def _truncate(self, contexts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if contexts.dim() != 2 or lengths.shape != contexts.shape[:1]:

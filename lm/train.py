@@ -4,15 +4,20 @@ An output directory after ``train(...)``::
 
     config.json, model.safetensors   the best-validation model (a checkpoint: ``--model DIR``)
     metrics.jsonl                     one JSON object per epoch
-    resume/                           the last epoch's model, optimizer and counters
+    resume/                           the latest model, optimizer, counters and random generators
+                                      (:mod:`lm.resume`): saved at every epoch end, every
+                                      ``checkpoint_every_steps`` steps or ``checkpoint_every_minutes``,
+                                      and when ``max_steps`` stops the run
 
 Under ``torchrun`` (``WORLD_SIZE > 1``) every process trains on its share of the batches with
-DistributedDataParallel (NCCL on GPUs, gloo on CPUs); rank 0 evaluates and writes files.
+DistributedDataParallel (NCCL on GPUs, gloo on CPUs) and validates its share of the validation
+sentences (the sums are all-reduced); rank 0 writes files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -25,19 +30,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from lm.checkpoint import prepare_model, read_config, save_checkpoint
+from lm.checkpoint import prepare_model, save_checkpoint
 from lm.config import ModelConfig, TrainConfig
 from lm.corpus import Batch, EncodedCorpus, batches, encode, load_corpus
-from lm.evaluate import score_corpus
+from lm.evaluate import corpus_logprob
 from lm.model import LanguageModel, build_model
+from lm.resume import TrainState, capture_rng, find_resume, load_resume, save_resume
 from lm.vocab import Vocabulary
 
 METRICS = "metrics.jsonl"
-RESUME = "resume"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class TrainResult:
     epochs_run: int
     metrics: list[dict[str, Any]]
     rank: int = 0
+    steps: int = 0
 
 
 def load_data(cfg: TrainConfig) -> Data:
@@ -125,10 +130,15 @@ def train(
 ) -> TrainResult:
     """Train a model and write the run directory described in the module docstring.
 
+    Every process builds the same initial weights (from ``cfg.seed``), then seeds the torch
+    generator that training draws from (dropout) with ``cfg.seed + rank``, so ranks drop out
+    different units; the batch order is the epoch's seed's, whatever the rank.
+
     Args:
       model_fields: :class:`ModelConfig` fields except ``vocab_size`` (taken from the data).
       cfg: the training configuration.
-      resume: continue from ``out_dir/resume`` when it exists (same configs required).
+      resume: continue from ``out_dir/resume`` when it exists (same configs required), exactly
+        where it stopped, mid-epoch included.
       record: extra facts stored in the checkpoint's ``training`` record (e.g. the command).
       progress: show a tqdm bar; None shows one when stderr is a terminal.
       on_epoch: called with each epoch's metrics (rank 0 only).
@@ -145,76 +155,144 @@ def train(
     model.reset_parameters(cfg.init_range)
     prepare_model(model, data.vocab)
     model.to(device)
+    torch.manual_seed(cfg.seed + rank)  # dropout: a stream per rank (the weights above are the same on all)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state = {"epoch": 0, "lr": cfg.lr, "best_valid_ppl": None, "metrics": []}
-    if resume and (out / RESUME / "state.json").is_file():
-        state = _load_resume(out / RESUME, model, optimizer, model_cfg, cfg, device)
+    state = TrainState(lr=cfg.lr, world_size=world)
+    saved = find_resume(out) if resume else None
+    if saved is not None:
+        state = load_resume(saved, model, optimizer, model_cfg, cfg, device, rank, world)
     # an adaptive softmax leaves the tail clusters that a batch's targets miss without gradient
     trainer: torch.nn.Module = (DistributedDataParallel(model, find_unused_parameters=model.adaptive is not None)
                                 if world > 1 else model)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        if state["epoch"] == 0:
-            (out / METRICS).write_text("", encoding="utf-8")
+        _write_metrics(out, state.metrics)
 
-    for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
+    def save() -> None:  # collective under DDP: every rank calls it at the same step
+        _save_state(out, model, optimizer, data.vocab, cfg, state, _record(record, cfg, state), rank, world, device)
+
+    checkpoints = StepCheckpoints(cfg, world, device)
+    for epoch in range(state.epoch + 1, cfg.epochs + 1):
+        if cfg.max_steps is not None and state.step >= cfg.max_steps:
+            break
         for group in optimizer.param_groups:
-            group["lr"] = state["lr"]
-        started = time.perf_counter()
-        loss_sum, token_count = _train_epoch(trainer, model, optimizer, data.train, cfg, epoch, rank, world,
-                                             device, precision, progress)
-        seconds = time.perf_counter() - started
-        valid_ppl = _validate(model, data.valid, rank, world, device)
-        improved = valid_ppl is None or state["best_valid_ppl"] is None or valid_ppl < state["best_valid_ppl"]
+            group["lr"] = state.lr
+        if not _train_epoch(trainer, model, optimizer, data.train, cfg, epoch, state, rank, world, device,
+                            precision, progress, checkpoints, save):
+            save()  # max_steps reached within the epoch
+            break
+        valid_ppl = _validate(model, data.valid, rank, world, cfg)
+        improved = valid_ppl is None or state.best_valid_ppl is None or valid_ppl < state.best_valid_ppl
+        loss_sum, token_count, seconds = state.loss_sum, state.token_count, state.seconds
         metrics = {
             "epoch": epoch, "train_loss": loss_sum / token_count, "train_ppl": math.exp(loss_sum / token_count),
-            "valid_ppl": valid_ppl, "lr": state["lr"], "seconds": seconds,
+            "valid_ppl": valid_ppl, "lr": state.lr, "seconds": seconds,
             "train_tokens": token_count, "tokens_per_second": token_count / seconds, "best": improved,
             "world_size": world, "device": str(device), "precision": precision,
         }
         if improved:
-            state["best_valid_ppl"] = valid_ppl
+            state.best_valid_ppl = valid_ppl
         elif cfg.lr_decay < 1.0:
-            state["lr"] *= cfg.lr_decay
-        state["epoch"] = epoch
-        state["metrics"].append(metrics)
+            state.lr *= cfg.lr_decay
+        state.finish_epoch(metrics)
+        if rank == 0 and improved:
+            save_checkpoint(out, model, data.vocab, _record(record, cfg, state))
+        save()
+        checkpoints.restart()
         if rank == 0:
-            training = {**(record or {}), "train_config": cfg.to_dict(), "epochs": epoch,
-                        "best_valid_ppl": state["best_valid_ppl"], "valid": cfg.valid, "train": cfg.train}
-            if improved:
-                save_checkpoint(out, model, data.vocab, training)
-            _save_resume(out / RESUME, model, optimizer, data.vocab, cfg, state, training)
             with (out / METRICS).open("a", encoding="utf-8") as f:
                 f.write(json.dumps(metrics) + "\n")
             if on_epoch:
                 on_epoch(metrics)
     if world > 1:
         dist.barrier()
-    return TrainResult(best_valid_ppl=state["best_valid_ppl"], epochs_run=state["epoch"], metrics=state["metrics"],
-                       rank=rank)
+    return TrainResult(best_valid_ppl=state.best_valid_ppl, epochs_run=state.epoch, metrics=state.metrics,
+                       rank=rank, steps=state.step)
+
+
+def _record(record: dict[str, Any] | None, cfg: TrainConfig, state: TrainState) -> dict[str, Any]:
+    """The checkpoint's ``training`` record."""
+    return {**(record or {}), "train_config": cfg.to_dict(), "epochs": state.epoch, "steps": state.step,
+            "best_valid_ppl": state.best_valid_ppl, "valid": cfg.valid, "train": cfg.train}
+
+
+def _write_metrics(out: Path, metrics: list[dict[str, Any]]) -> None:
+    """Rewrite ``metrics.jsonl`` from the (saved) metrics: a run killed between its resume save and
+    its metrics line then neither loses nor repeats a line."""
+    tmp = out / (METRICS + ".tmp")
+    tmp.write_text("".join(json.dumps(m) + "\n" for m in metrics), encoding="utf-8")
+    tmp.replace(out / METRICS)
+
+
+class StepCheckpoints:
+    """When a resume state is due within an epoch: after every ``cfg.checkpoint_every_steps``
+    optimizer steps and/or once ``cfg.checkpoint_every_minutes`` have passed since the last save.
+    Under DDP rank 0's clock decides for all (a broadcast per step when minutes are set)."""
+
+    def __init__(self, cfg: TrainConfig, world: int, device: torch.device,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_steps = cfg.checkpoint_every_steps
+        self.every_seconds = None if cfg.checkpoint_every_minutes is None else 60.0 * cfg.checkpoint_every_minutes
+        self.world, self.device, self.clock = world, device, clock
+        self.restart()
+
+    def restart(self) -> None:
+        """Count the minutes from now (a save just happened)."""
+        self.last = self.clock()
+
+    def due(self, step: int) -> bool:
+        """Whether to save after global step ``step`` (the same answer on every rank)."""
+        due = self.every_steps is not None and step % self.every_steps == 0
+        if not due and self.every_seconds is not None:
+            due = self.clock() - self.last >= self.every_seconds
+            if self.world > 1:
+                flag = torch.tensor([float(due)], device=self.device)
+                dist.broadcast(flag, src=0)
+                due = bool(flag.item())
+        if due:
+            self.restart()
+        return due
 
 
 def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.optim.Optimizer,
-                 corpus: EncodedCorpus, cfg: TrainConfig, epoch: int, rank: int, world: int,
-                 device: torch.device, precision: str, progress: bool | None) -> tuple[float, int]:
+                 corpus: EncodedCorpus, cfg: TrainConfig, epoch: int, state: TrainState, rank: int, world: int,
+                 device: torch.device, precision: str, progress: bool | None, checkpoints: StepCheckpoints,
+                 save: Callable[[], None]) -> bool:
+    """Train on epoch ``epoch``'s batches from ``state.batches_done`` on, advancing ``state``.
+
+    Returns True when the batches ran out (under DDP the loss sum and token count are then
+    all-reduced), False when ``cfg.max_steps`` stopped it first.
+    """
     from tqdm import tqdm
 
     model.train()
-    loss_sum, token_count = 0.0, 0
     stream = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world)
+    stream = itertools.islice(stream, state.batches_done, None)  # a resumed epoch skips what it trained on
     total = math.ceil(corpus.sentences / cfg.batch_size) // world
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
-    bar = tqdm(stream, total=total, desc=f"epoch {epoch}", unit="batch", disable=not show, leave=False)
+    bar = tqdm(stream, total=total, initial=state.batches_done, desc=f"epoch {epoch}", unit="batch",
+               disable=not show, leave=False)
+    started = time.perf_counter()
     for batch in bar:
-        loss_sum += float(train_step(trainer, optimizer, batch.to(device), cfg.detach, cfg.clip, precision))
-        token_count += batch.num_tokens
+        if cfg.max_steps is not None and state.step >= cfg.max_steps:
+            state.seconds += time.perf_counter() - started
+            return False
+        state.loss_sum += float(train_step(trainer, optimizer, batch.to(device), cfg.detach, cfg.clip, precision))
+        state.token_count += batch.num_tokens
+        state.batches_done += 1
+        state.step += 1
         if show:
-            bar.set_postfix(ppl=f"{math.exp(loss_sum / token_count):.1f}", refresh=False)
+            bar.set_postfix(ppl=f"{math.exp(state.loss_sum / state.token_count):.1f}", refresh=False)
+        if checkpoints.due(state.step):
+            state.seconds += time.perf_counter() - started
+            save()
+            started = time.perf_counter()
+    state.seconds += time.perf_counter() - started
     if world > 1:
-        totals = torch.tensor([loss_sum, float(token_count)], dtype=torch.float64, device=device)
+        totals = torch.tensor([state.loss_sum, float(state.token_count)], dtype=torch.float64, device=device)
         dist.all_reduce(totals)
-        loss_sum, token_count = float(totals[0]), int(totals[1])
-    return loss_sum, token_count
+        state.loss_sum, state.token_count = float(totals[0]), int(totals[1])
+    return True
 
 
 def train_step(trainer: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, detach: bool, clip: float,
@@ -237,56 +315,25 @@ def train_step(trainer: torch.nn.Module, optimizer: torch.optim.Optimizer, batch
 
 
 def _validate(model: LanguageModel, valid: EncodedCorpus | None, rank: int, world: int,
-              device: torch.device) -> float | None:
+              cfg: TrainConfig) -> float | None:
+    """Validation perplexity, every rank scoring its share of the sentences (the same on all ranks)."""
     if valid is None:
         return None
-    ppl = torch.tensor([score_corpus(model, valid).ppl if rank == 0 else 0.0], dtype=torch.float64, device=device)
+    logprob, tokens = corpus_logprob(model, valid, rank, world, max_elements=cfg.eval_max_elements)
+    return math.exp(-logprob / tokens) if tokens else float("nan")
+
+
+def _save_state(out: Path, model: LanguageModel, optimizer: torch.optim.Optimizer, vocab: Vocabulary,
+                cfg: TrainConfig, state: TrainState, training: dict[str, Any], rank: int, world: int,
+                device: torch.device) -> None:
+    """Save the resume state: every rank's generators and partial-epoch sums are gathered, rank 0 writes."""
+    rngs = [capture_rng()]
+    saved = state
     if world > 1:
-        dist.broadcast(ppl, src=0)
-    return float(ppl[0])
-
-
-# ---------------------------------------------------------------------- resume state
-def _save_resume(directory: Path, model: LanguageModel, optimizer: torch.optim.Optimizer, vocab: Vocabulary,
-                 cfg: TrainConfig, state: dict[str, Any], training: dict[str, Any]) -> None:
-    save_checkpoint(directory, model, vocab, training)
-    opt = optimizer.state_dict()
-    tensors = {f"state.{index}.{key}": value.detach().cpu().reshape(-1).contiguous()
-               for index, entries in opt["state"].items() for key, value in entries.items()}
-    tensors["rng.cpu"] = torch.get_rng_state()
-    save_file(tensors, str(directory / "optimizer.safetensors.tmp"))
-    meta = {"param_groups": opt["param_groups"], "train_config": cfg.to_dict(), **state}
-    (directory / "state.json.tmp").write_text(json.dumps(meta) + "\n", encoding="utf-8")
-    (directory / "optimizer.safetensors.tmp").replace(directory / "optimizer.safetensors")
-    (directory / "state.json.tmp").replace(directory / "state.json")
-
-
-def _load_resume(directory: Path, model: LanguageModel, optimizer: torch.optim.Optimizer,
-                 model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device) -> dict[str, Any]:
-    from safetensors.torch import load_model
-
-    saved_model_cfg, _, _ = read_config(directory)
-    meta = json.loads((directory / "state.json").read_text(encoding="utf-8"))
-    if saved_model_cfg != model_cfg:
-        raise ValueError(f"{directory}: cannot resume, the model config differs from the saved one")
-    saved_train = meta["train_config"]
-    # may change between sessions without changing the training (``auto`` precision follows the machine)
-    free = ("epochs", "num_threads", "device") + (("precision",) if cfg.precision == "auto" else ())
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # options added since it was saved
-    changed = sorted(k for k, v in cfg.to_dict().items()
-                     if k not in free and saved_train.get(k, defaults[k]) != v)
-    if changed:
-        raise ValueError(f"{directory}: cannot resume, training option(s) changed: {', '.join(changed)}")
-    load_model(model, str(directory / "model.safetensors"), device=str(device))
-    tensors = load_file(str(directory / "optimizer.safetensors"))
-    params = {index: p for index, p in enumerate(optimizer.param_groups[0]["params"])}
-    opt_state: dict[int, dict[str, torch.Tensor]] = {}
-    for name, value in tensors.items():
-        if name.startswith("state."):
-            _, index, key = name.split(".", 2)
-            like = params[int(index)] if key != "step" else value.reshape(())
-            opt_state.setdefault(int(index), {})[key] = value.reshape(like.shape).to(
-                device if key != "step" else "cpu")
-    optimizer.load_state_dict({"state": opt_state, "param_groups": meta["param_groups"]})
-    torch.set_rng_state(tensors["rng.cpu"])
-    return {k: meta[k] for k in ("epoch", "lr", "best_valid_ppl", "metrics")}
+        rngs = [None] * world
+        dist.all_gather_object(rngs, capture_rng())
+        totals = torch.tensor([state.loss_sum, float(state.token_count)], dtype=torch.float64, device=device)
+        dist.all_reduce(totals)
+        saved = dataclasses.replace(state, loss_sum=float(totals[0]), token_count=int(totals[1]))
+    if rank == 0:
+        save_resume(out, model, optimizer, vocab, cfg, saved, training, rngs)

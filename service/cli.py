@@ -52,6 +52,10 @@ _HELP = {
     "seed": "random seed", "device": "auto, cpu, cuda, cuda:N", "num_threads": "CPU threads",
     "max_train_sentences": "use only the first N training sentences",
     "precision": "fp32, bf16 (bfloat16 autocast in the training forward pass), or auto (bf16 where the device computes it natively: CUDA, AVX512-BF16/AMX CPUs)",
+    "checkpoint_every_steps": "also save the resume state every N optimizer steps, not only at epoch ends",
+    "checkpoint_every_minutes": "also save the resume state every M minutes",
+    "max_steps": "stop after N optimizer steps in all, with a resume state (continue with --resume)",
+    "eval_max_elements": "validation holds at most this many output-layer logits at once",
 }
 
 
@@ -101,7 +105,8 @@ def cmd_ppl(args: argparse.Namespace) -> None:
 
     sentences = _read_text(args.text, keep_empty=False)
     loaded = _load(args.model, args.device)
-    result = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size).summary()
+    result = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size,
+                          max_elements=args.max_elements).summary()
     if args.json:
         print(json.dumps(result))
     else:
@@ -115,7 +120,8 @@ def cmd_score(args: argparse.Namespace) -> None:
 
     sentences = _read_text(args.text, keep_empty=True)
     loaded = _load(args.model, args.device)
-    scored = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size)
+    scored = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size,
+                          max_elements=args.max_elements)
     for words, token_logprobs in zip(sentences, scored.token_logprobs):
         values = token_logprobs.tolist()
         if args.json:
@@ -153,7 +159,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     result = train(model_fields, cfg, args.out, resume=args.resume, record=record,
                    on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
     if result.rank == 0:
-        print(json.dumps({"out": args.out, "epochs": result.epochs_run, "best_valid_ppl": result.best_valid_ppl}))
+        print(json.dumps({"out": args.out, "epochs": result.epochs_run, "steps": result.steps,
+                          "best_valid_ppl": result.best_valid_ppl}))
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
@@ -421,7 +428,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lm.config import ModelConfig, TrainConfig
+    from lm.config import DEFAULT_EVAL_ELEMENTS, ModelConfig, TrainConfig
 
     parser = argparse.ArgumentParser(prog="afp", description="Exact lattice rescoring with AFP-rho language models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -442,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--text", required=True, metavar="FILE", help="one sentence per line ('-' = stdin)")
         p.add_argument("--json", action="store_true", help="JSON output")
         p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+        p.add_argument("--max-elements", type=int, default=DEFAULT_EVAL_ELEMENTS,
+                       help="output-layer logits held at once: bounds memory for large vocabularies "
+                            f"(default: {DEFAULT_EVAL_ELEMENTS})")
         p.set_defaults(func=func)
 
     formats = ["auto", "kaldi", "htk", "k2", "openfst", "json", "nbest-json", "srilm-nbest", "espnet-nbest"]

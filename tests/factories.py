@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,13 @@ def make_model(vocab: Vocabulary, seed: int = 0, init_range: float = 0.5, device
     model.reset_parameters(init_range)
     prepare_model(model, vocab)
     return model.to(device).eval()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a torch.distributed rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_text(path: Path, sentences: list[list[str]]) -> Path:

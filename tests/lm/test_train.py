@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 from lm.checkpoint import load_checkpoint
 from lm.config import TrainConfig
 from lm.train import train
-from tests.factories import patterned_sentences, write_text
+from tests.factories import free_port, patterned_sentences, write_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,12 +54,6 @@ def test_resume_continues_exactly(tmp_path, corpus):
                                                                       rel=1e-9)
     with pytest.raises(ValueError, match="training option.*lr"):
         train(fields, config(corpus, lr_decay=0.5).replace(lr=0.5), tmp_path / "b", resume=True, progress=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_torchrun_ddp_two_cpu_processes(tmp_path, corpus):
