@@ -6,6 +6,7 @@ event loop stays free. LM scoring goes through the shared :class:`~service.batch
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import math
@@ -48,7 +49,8 @@ class Runtime:
     _running: int = 0
 
     def tracked(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Call ``fn`` counted as running work."""
+        """Call ``fn`` counted as running work; when the last running work ends, give the freed
+        heap back to the system (:func:`release_memory`)."""
         with self._idle:
             self._running += 1
         try:
@@ -56,7 +58,10 @@ class Runtime:
         finally:
             with self._idle:
                 self._running -= 1
+                idle = self._running == 0
                 self._idle.notify_all()
+            if idle:
+                release_memory()
 
     @property
     def device(self) -> torch.device:
@@ -74,6 +79,27 @@ class Runtime:
         with self._idle:
             self._idle.wait_for(lambda: self._running == 0, timeout)
         self.scorer.close()
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None on another C library."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_memory() -> bool:
+    """Return the C heap's free memory to the system (glibc ``malloc_trim(0)``); False where
+    there is no such call. A large request (a long lattice's expansion and searches) frees
+    hundreds of MB in many small numpy/torch blocks, which glibc otherwise keeps mapped: the
+    server's resident memory would stay at its largest request's peak."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def _symbols(words: str | None) -> tuple[str, ...] | None:

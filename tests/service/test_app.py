@@ -343,3 +343,12 @@ def test_a_timed_out_request_keeps_its_worker_slot_until_its_work_stops(model_di
         assert limiter.borrowed_tokens == 0
         assert c.post("/v1/rescore", json=body).json() == {"results": []}
         assert len(calls) == 2 and c.get("/healthz").status_code == 200
+
+
+def test_freed_memory_is_given_back_when_the_last_request_ends(client, monkeypatch):
+    import service.engine as engine
+
+    calls = []
+    monkeypatch.setattr(engine, "release_memory", lambda: calls.append(True) or True)
+    assert client.post("/v1/rescore", json={"lattice": SLF, "nbest": 1}).status_code == 200
+    assert calls  # nothing else was running: the heap was trimmed
