@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lm.corpus import EncodedCorpus, collate
+from lm.corpus import Corpus, collate_flat
 from lm.model import LanguageModel
 
 
@@ -48,7 +48,7 @@ class CorpusScore:
 
 
 @torch.no_grad()
-def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 64,
+def score_corpus(model: LanguageModel, corpus: Corpus, batch_size: int = 64,
                  max_tokens: int = 16384) -> CorpusScore:
     """Score every sentence with the model's configured forward pass.
 
@@ -58,14 +58,15 @@ def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 
     was_training = model.training
     model.eval()
     device = model.device
-    order = sorted(range(corpus.sentences), key=lambda i: len(corpus.ids[i]))
+    lengths = corpus.lengths().tolist()
+    order = sorted(range(corpus.sentences), key=lambda i: lengths[i])
     results: list[torch.Tensor | None] = [None] * corpus.sentences
     start = 0
     while start < len(order):
-        longest = len(corpus.ids[order[min(start + batch_size, len(order)) - 1]])
+        longest = lengths[order[min(start + batch_size, len(order)) - 1]] + 2
         size = max(1, min(batch_size, max_tokens // max(longest, 1)))
         group = order[start:start + size]
-        batch = collate([corpus.ids[i] for i in group]).to(device)
+        batch = collate_flat(*corpus.take(group)).to(device)
         scores = model.token_logprobs(batch.inputs, batch.targets, batch.lengths).double().cpu()
         for row, index in enumerate(group):
             results[index] = scores[row, : int(batch.lengths[row])]

@@ -31,9 +31,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lm.checkpoint import prepare_model, read_config, save_checkpoint
 from lm.config import ModelConfig, TrainConfig
-from lm.corpus import Batch, EncodedCorpus, batches, encode, load_corpus
+from lm.corpus import Batch, Corpus, EncodedCorpus, batches, encode, load_corpus
 from lm.evaluate import score_corpus
 from lm.model import LanguageModel, build_model
+from lm.shards import open_prepared
 from lm.vocab import Vocabulary
 
 METRICS = "metrics.jsonl"
@@ -43,8 +44,8 @@ RESUME = "resume"
 @dataclass(frozen=True)
 class Data:
     vocab: Vocabulary
-    train: EncodedCorpus
-    valid: EncodedCorpus | None
+    train: Corpus
+    valid: Corpus | None
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,15 @@ class TrainResult:
 
 
 def load_data(cfg: TrainConfig) -> Data:
-    """Read the corpora and build (or read) the vocabulary."""
+    """Read the corpora and build (or read) the vocabulary; or open the prepared shards of
+    ``cfg.data`` (memory-mapped, their own vocabulary and, unless ``cfg.valid``, validation split)."""
+    if cfg.data is not None:
+        prepared = open_prepared(cfg.data)
+        train_corpus = prepared.train
+        if cfg.max_train_sentences is not None:
+            train_corpus = train_corpus.head(cfg.max_train_sentences)
+        valid = encode(load_corpus(cfg.valid), prepared.vocab) if cfg.valid else prepared.valid
+        return Data(vocab=prepared.vocab, train=train_corpus, valid=valid)
     train_sentences = load_corpus(cfg.train)
     if cfg.max_train_sentences is not None:
         train_sentences = train_sentences[: cfg.max_train_sentences]
@@ -201,8 +210,9 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
 
     model.train()
     loss_sum, token_count = 0.0, 0
-    stream = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world)
-    total = math.ceil(corpus.sentences / cfg.batch_size) // world
+    stream = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world,
+                     max_tokens=cfg.batch_tokens)
+    total = len(stream)
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
     bar = tqdm(stream, total=total, desc=f"epoch {epoch}", unit="batch", disable=not show, leave=False)
     for batch in bar:
