@@ -192,6 +192,15 @@ def default_cutoffs(vocab_size: int) -> tuple[int, ...]:
 class TrainConfig(_JsonConfig):
     """How to train: data, optimisation, and where to write.
 
+    The training data is either ``train`` (a text or lhotse manifest, read into memory; the
+    vocabulary is built from it by ``max_vocab``/``min_count`` or read from ``words_txt``) or
+    ``data`` (a directory written by ``afp prepare``, memory-mapped, with its own vocabulary:
+    :mod:`lm.shards`). ``valid`` is a text scored with that vocabulary; without it, ``data``'s own
+    prepared validation split is used when there is one. ``batch_tokens`` replaces ``batch_size``
+    sentences per batch by a token budget: length-bucketed batches of at most that many padded
+    positions (:func:`lm.corpus.batches`). ``max_train_sentences`` keeps the first sentences; with
+    ``train`` the vocabulary is built from those alone, with ``data`` it stays the prepared one.
+
     ``detach`` selects FPI|theta (no gradient through earlier fixed-point iterations) for an
     afp-mode model. ``lr_decay`` multiplies the learning rate after an epoch whose validation
     perplexity did not improve (1.0 keeps it constant). ``max_vocab``/``min_count`` apply when
@@ -212,13 +221,15 @@ class TrainConfig(_JsonConfig):
     change between the sessions of one run.
     """
 
-    train: str
+    train: str | None = None
+    data: str | None = None
     valid: str | None = None
     words_txt: str | None = None
     max_vocab: int | None = None
     min_count: int = 1
     epochs: int = 20
     batch_size: int = 20
+    batch_tokens: int | None = None
     lr: float = 1e-3
     lr_decay: float = 1.0
     weight_decay: float = 0.0
@@ -236,6 +247,13 @@ class TrainConfig(_JsonConfig):
     eval_max_elements: int = DEFAULT_EVAL_ELEMENTS
 
     def __post_init__(self) -> None:
+        _check((self.train is None) != (self.data is None), "train",
+               f"give exactly one of train (a text or manifest) and data (a directory from afp prepare), got "
+               f"train={self.train!r} and data={self.data!r}")
+        if self.data is not None:
+            for name, default in (("words_txt", None), ("max_vocab", None), ("min_count", 1)):
+                _check(getattr(self, name) == default, name,
+                       f"the vocabulary of prepared data ({self.data}) was fixed by afp prepare; set {name} there")
         _check_int(self.epochs, "epochs", 1)
         for name in ("checkpoint_every_steps", "max_steps"):
             if getattr(self, name) is not None:
@@ -245,6 +263,8 @@ class TrainConfig(_JsonConfig):
         _check_int(self.eval_max_elements, "eval_max_elements", 1)
         _check(self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}, got {self.precision!r}")
         _check_int(self.batch_size, "batch_size", 1)
+        if self.batch_tokens is not None:
+            _check_int(self.batch_tokens, "batch_tokens", 2)
         _check_number(self.lr, "lr", 0.0, 10.0, low_open=True)
         _check_number(self.lr_decay, "lr_decay", 0.0, 1.0, low_open=True)
         _check_number(self.weight_decay, "weight_decay", 0.0, 1.0)
@@ -257,3 +277,39 @@ class TrainConfig(_JsonConfig):
             _check_int(self.max_train_sentences, "max_train_sentences", 1)
         if self.num_threads is not None:
             _check_int(self.num_threads, "num_threads", 1)
+
+
+@dataclass(frozen=True)
+class PrepareConfig(_JsonConfig):
+    """What ``afp prepare`` tokenizes into shards (:func:`lm.shards.prepare`).
+
+    Fields:
+      text: training corpora (texts, one sentence per line, or lhotse cuts/supervisions manifests),
+        read in this order.
+      out: the directory to write.
+      valid: a validation corpus, prepared with the same vocabulary.
+      words_txt: read the vocabulary from a Kaldi symbol table; otherwise it is built from ``text``
+        with ``min_count`` and ``max_vocab``, exactly as :class:`TrainConfig` builds it.
+      shard_tokens: at most this many words per shard file (a longer sentence gets a shard alone).
+    """
+
+    text: tuple[str, ...]
+    out: str
+    valid: str | None = None
+    words_txt: str | None = None
+    min_count: int = 1
+    max_vocab: int | None = None
+    shard_tokens: int = 50_000_000
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.text, (list, tuple)) and len(self.text) > 0
+               and all(isinstance(t, str) for t in self.text),
+               "text", f"must be a non-empty list of file names, got {self.text!r}")
+        object.__setattr__(self, "text", tuple(self.text))
+        _check_int(self.min_count, "min_count", 1)
+        if self.max_vocab is not None:
+            _check_int(self.max_vocab, "max_vocab", 4)
+        if self.words_txt is not None:
+            _check(self.min_count == 1 and self.max_vocab is None, "words_txt",
+                   "a vocabulary read from a symbol table takes no min_count or max_vocab")
+        _check_int(self.shard_tokens, "shard_tokens", 1)

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from lm.config import DEFAULT_EVAL_ELEMENTS
-from lm.corpus import EncodedCorpus, collate
+from lm.corpus import Corpus, collate_flat
 from lm.model import LanguageModel
 
 
@@ -56,7 +56,7 @@ class CorpusScore:
                 "logprob": self.logprob}
 
 
-def plan_batches(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 64, max_tokens: int = 16384,
+def plan_batches(model: LanguageModel, corpus: Corpus, batch_size: int = 64, max_tokens: int = 16384,
                  max_elements: int = DEFAULT_EVAL_ELEMENTS) -> list[list[int]]:
     """Sentence indices of each evaluation batch, shortest sentences first.
 
@@ -70,10 +70,11 @@ def plan_batches(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 
         raise ValueError(f"batch_size, max_tokens and max_elements must be positive, got {batch_size}, "
                          f"{max_tokens} and {max_elements}")
     positions = min(max_tokens, model.rows_within(max_elements))
-    order = sorted(range(corpus.sentences), key=lambda i: len(corpus.ids[i]))
+    sizes = (corpus.lengths() + 2).tolist()  # [<s>, words, </s>]
+    order = sorted(range(corpus.sentences), key=lambda i: sizes[i])
     groups, start = [], 0
     while start < len(order):
-        longest = len(corpus.ids[order[min(start + batch_size, len(order)) - 1]])
+        longest = sizes[order[min(start + batch_size, len(order)) - 1]]
         size = max(1, min(batch_size, positions // max(longest, 1)))
         groups.append(order[start:start + size])
         start += size
@@ -91,17 +92,17 @@ def _eval_mode(model: LanguageModel) -> Iterator[None]:
 
 
 @torch.no_grad()
-def _score_group(model: LanguageModel, corpus: EncodedCorpus, group: list[int],
+def _score_group(model: LanguageModel, corpus: Corpus, group: list[int],
                  max_elements: int) -> list[torch.Tensor]:
     """Token log-probabilities of the sentences ``group``: one float64 CPU tensor of shape
     ``(n_i + 1,)`` per sentence (words then ``</s>``)."""
-    batch = collate([corpus.ids[i] for i in group]).to(model.device)
+    batch = collate_flat(*corpus.take(group)).to(model.device)
     scores = model.token_logprobs(batch.inputs, batch.targets, batch.lengths, max_elements=max_elements)
     scores = scores.double().cpu()
     return [scores[row, : int(batch.lengths[row])] for row in range(len(group))]
 
 
-def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 64, max_tokens: int = 16384,
+def score_corpus(model: LanguageModel, corpus: Corpus, batch_size: int = 64, max_tokens: int = 16384,
                  max_elements: int = DEFAULT_EVAL_ELEMENTS) -> CorpusScore:
     """Score every sentence with the model's configured forward pass, in the batches of
     :func:`plan_batches` (at most ``max_elements`` logits at a time); results come back in corpus
@@ -114,7 +115,7 @@ def score_corpus(model: LanguageModel, corpus: EncodedCorpus, batch_size: int = 
     return CorpusScore(token_logprobs=[r for r in results if r is not None], tokens=corpus.tokens, oov=corpus.oov)
 
 
-def corpus_logprob(model: LanguageModel, corpus: EncodedCorpus, rank: int = 0, world_size: int = 1,
+def corpus_logprob(model: LanguageModel, corpus: Corpus, rank: int = 0, world_size: int = 1,
                    batch_size: int = 64, max_tokens: int = 16384,
                    max_elements: int = DEFAULT_EVAL_ELEMENTS) -> tuple[float, int]:
     """Summed natural-log probability and token count of the whole corpus, shared among processes.

@@ -35,10 +35,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lm.checkpoint import prepare_model, save_checkpoint
 from lm.config import ModelConfig, TrainConfig
-from lm.corpus import Batch, EncodedCorpus, batches, encode, load_corpus
+from lm.corpus import Batch, Corpus, EncodedCorpus, batches, encode, load_corpus
 from lm.evaluate import corpus_logprob
 from lm.model import LanguageModel, build_model
 from lm.resume import TrainState, capture_rng, find_resume, load_resume, save_resume
+from lm.shards import open_prepared
 from lm.vocab import Vocabulary
 
 METRICS = "metrics.jsonl"
@@ -47,8 +48,8 @@ METRICS = "metrics.jsonl"
 @dataclass(frozen=True)
 class Data:
     vocab: Vocabulary
-    train: EncodedCorpus
-    valid: EncodedCorpus | None
+    train: Corpus
+    valid: Corpus | None
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,15 @@ class TrainResult:
 
 
 def load_data(cfg: TrainConfig) -> Data:
-    """Read the corpora and build (or read) the vocabulary."""
+    """Read the corpora and build (or read) the vocabulary; or open the prepared shards of
+    ``cfg.data`` (memory-mapped, their own vocabulary and, unless ``cfg.valid``, validation split)."""
+    if cfg.data is not None:
+        prepared = open_prepared(cfg.data)
+        train_corpus = prepared.train
+        if cfg.max_train_sentences is not None:
+            train_corpus = train_corpus.head(cfg.max_train_sentences)
+        valid = encode(load_corpus(cfg.valid), prepared.vocab) if cfg.valid else prepared.valid
+        return Data(vocab=prepared.vocab, train=train_corpus, valid=valid)
     train_sentences = load_corpus(cfg.train)
     if cfg.max_train_sentences is not None:
         train_sentences = train_sentences[: cfg.max_train_sentences]
@@ -213,7 +222,7 @@ def train(
 def _record(record: dict[str, Any] | None, cfg: TrainConfig, state: TrainState) -> dict[str, Any]:
     """The checkpoint's ``training`` record."""
     return {**(record or {}), "train_config": cfg.to_dict(), "epochs": state.epoch, "steps": state.step,
-            "best_valid_ppl": state.best_valid_ppl, "valid": cfg.valid, "train": cfg.train}
+            "best_valid_ppl": state.best_valid_ppl, "valid": cfg.valid, "train": cfg.train, "data": cfg.data}
 
 
 def _write_metrics(out: Path, metrics: list[dict[str, Any]]) -> None:
@@ -255,7 +264,7 @@ class StepCheckpoints:
 
 
 def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torch.optim.Optimizer,
-                 corpus: EncodedCorpus, cfg: TrainConfig, epoch: int, state: TrainState, rank: int, world: int,
+                 corpus: Corpus, cfg: TrainConfig, epoch: int, state: TrainState, rank: int, world: int,
                  device: torch.device, precision: str, progress: bool | None, checkpoints: StepCheckpoints,
                  save: Callable[[], None]) -> bool:
     """Train on epoch ``epoch``'s batches from ``state.batches_done`` on, advancing ``state``.
@@ -266,9 +275,10 @@ def _train_epoch(trainer: torch.nn.Module, model: LanguageModel, optimizer: torc
     from tqdm import tqdm
 
     model.train()
-    stream = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world)
-    stream = itertools.islice(stream, state.batches_done, None)  # a resumed epoch skips what it trained on
-    total = math.ceil(corpus.sentences / cfg.batch_size) // world
+    planned = batches(corpus, cfg.batch_size, shuffle=True, seed=cfg.seed * 1000 + epoch, rank=rank, world_size=world,
+                      max_tokens=cfg.batch_tokens)
+    total = len(planned)
+    stream = itertools.islice(planned, state.batches_done, None)  # a resumed epoch skips what it trained on
     show = (sys.stderr.isatty() if progress is None else progress) and rank == 0
     bar = tqdm(stream, total=total, initial=state.batches_done, desc=f"epoch {epoch}", unit="batch",
                disable=not show, leave=False)
@@ -314,7 +324,7 @@ def train_step(trainer: torch.nn.Module, optimizer: torch.optim.Optimizer, batch
     return nll.detach()
 
 
-def _validate(model: LanguageModel, valid: EncodedCorpus | None, rank: int, world: int,
+def _validate(model: LanguageModel, valid: Corpus | None, rank: int, world: int,
               cfg: TrainConfig) -> float | None:
     """Validation perplexity, every rank scoring its share of the sentences (the same on all ranks)."""
     if valid is None:

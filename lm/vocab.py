@@ -13,7 +13,7 @@ disambiguation symbols (``#0``, ``#1``...) are kept in the table but never predi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,11 +69,26 @@ class Vocabulary:
           max_size: keep at most this many entries in all (specials included).
           min_count: drop words seen fewer times (they become ``unk``).
         """
-        counts = Counter(word for sentence in sentences for word in sentence)
+        return cls.from_counts(Counter(word for sentence in sentences for word in sentence),
+                               max_size=max_size, min_count=min_count, unk=unk)
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Mapping[str, int],
+        max_size: int | None = None,
+        min_count: int = 1,
+        unk: str = UNK,
+    ) -> Vocabulary:
+        """Build from word counts (what :meth:`from_sentences` counts; a streaming reader can count
+        a corpus too large to hold): specials first, then by count, then by spelling.
+
+        ``max_size`` and ``min_count`` as in :meth:`from_sentences`; counts of ``<s>``, ``</s>``
+        and ``unk`` are ignored.
+        """
         specials = [BOS, EOS, unk]
-        for special in specials:
-            counts.pop(special, None)
-        ranked = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        ranked = sorted((w for w, c in counts.items() if c >= min_count and w not in specials),
+                        key=lambda w: (-counts[w], w))
         if max_size is not None:
             if max_size < len(specials):
                 raise ValueError(f"max_size={max_size} is smaller than the {len(specials)} special symbols")
@@ -142,9 +157,10 @@ class Vocabulary:
         """The id of ``word``, or the unknown-word id."""
         return self._index.get(word, self._index[self.unk])
 
-    def encode(self, words: Sequence[str]) -> list[int]:
-        """Ids of ``words`` (OOV words become the unknown-word id); no boundaries added."""
-        unk_id = self.unk_id
+    def encode(self, words: Sequence[str], oov_id: int | None = None) -> list[int]:
+        """Ids of ``words``; no boundaries added. Words not in the vocabulary get ``oov_id``, by
+        default the unknown-word id (:mod:`lm.shards` marks them ``-1`` to count them later)."""
+        unk_id = self.unk_id if oov_id is None else oov_id
         return [self._index.get(w, unk_id) for w in words]
 
     def count_oov(self, words: Sequence[str]) -> int:

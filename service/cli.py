@@ -4,7 +4,8 @@ Commands:
   afp info   [--model DIR] [--json]                 what a model is
   afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
-  afp train  [--config FILE] --train FILE --out DIR [options]   train a model
+  afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
+  afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
   afp tune   [--model DIR] --refs REFS [grid] INPUT...          choose weights on a dev set by WER
 
@@ -43,6 +44,10 @@ _HELP = {
     "cutoffs": "adaptive softmax cluster boundaries, e.g. 2000,10000 (default: by vocabulary size)",
     "div_value": "adaptive softmax: each tail cluster's projection is this many times narrower",
     "train": "training text (one sentence per line) or lhotse cuts/supervisions manifest",
+    "data": "a directory written by afp prepare (instead of --train): memory-mapped shards, their vocabulary "
+            "and validation split",
+    "batch_tokens": "token budget: length-bucketed batches of at most this many padded positions (replaces "
+                    "--batch-size)",
     "valid": "validation text, for the best-checkpoint choice", "words_txt": "read the vocabulary from a Kaldi words.txt",
     "max_vocab": "keep at most this many words", "min_count": "drop rarer words to <unk>",
     "epochs": "training epochs", "batch_size": "sentences per batch", "lr": "Adam learning rate",
@@ -150,8 +155,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise CLIError("--mode afp needs --rho")
     if "rho" in model_fields and "mode" not in model_fields and model_fields.get("arch", "rnn") == "rnn":
         model_fields["mode"] = "afp"
-    if "train" not in train_fields:
-        raise CLIError("give --train FILE (or 'train' in the config's 'train' section)")
+    if "train" not in train_fields and "data" not in train_fields:
+        raise CLIError("give --train FILE or --data DIR (or 'train' or 'data' in the config's 'train' section)")
     cfg = TrainConfig.from_dict(train_fields, where="training options")
     # fail before reading data (the vocabulary's size is checked against the options once it is known)
     ModelConfig.from_dict({**model_fields, "vocab_size": 2**31 - 1}, where="model options")
@@ -161,6 +166,20 @@ def cmd_train(args: argparse.Namespace) -> None:
     if result.rank == 0:
         print(json.dumps({"out": args.out, "epochs": result.epochs_run, "steps": result.steps,
                           "best_valid_ppl": result.best_valid_ppl}))
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from lm.config import PrepareConfig
+    from lm.shards import prepare
+
+    fields = {name: getattr(args, name) for name in ("text", "out", "valid", "words_txt", "min_count", "max_vocab",
+                                                     "shard_tokens") if getattr(args, name) is not None}
+    meta = prepare(PrepareConfig.from_dict(fields, where="prepare options"))
+    summary = {"out": args.out, "vocab_size": meta["vocab"]["size"]}
+    for name, split in meta["splits"].items():
+        summary[name] = {key: split[key] for key in ("sentences", "words", "tokens", "oov")}
+        summary[name]["shards"] = len(split["shards"])
+    print(json.dumps(summary))
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
@@ -428,7 +447,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lm.config import DEFAULT_EVAL_ELEMENTS, ModelConfig, TrainConfig
+    from lm.config import DEFAULT_EVAL_ELEMENTS, ModelConfig, PrepareConfig, TrainConfig
 
     parser = argparse.ArgumentParser(prog="afp", description="Exact lattice rescoring with AFP-rho language models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -513,6 +532,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards (for afp train --data)",
+                       description="Stream the texts into int32 token shards with int64 sentence offsets, a "
+                                   "words.txt and a meta.json (format: lm/shards.py). The vocabulary is built from "
+                                   "the texts as afp train builds it, or read from --words-txt.")
+    p.add_argument("--text", nargs="+", required=True, metavar="FILE",
+                   help="training texts (one sentence per line) or lhotse cuts/supervisions manifests, in order")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (must hold no prepared data)")
+    p.add_argument("--valid", metavar="FILE", help="validation text, prepared with the same vocabulary")
+    p.add_argument("--words-txt", metavar="FILE", help="read the vocabulary from a Kaldi words.txt")
+    p.add_argument("--min-count", type=int, help=f"drop rarer words to <unk> (default {PrepareConfig.min_count})")
+    p.add_argument("--max-vocab", type=int, help="keep at most this many words")
+    p.add_argument("--shard-tokens", type=int,
+                   help=f"at most this many words per shard file (default {PrepareConfig.shard_tokens})")
+    p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("train", help="train a language model", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')
