@@ -13,18 +13,25 @@ Sharding: ``shard=(i, n)`` keeps the lattices whose running index (over all inpu
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from lattices.expand import ExpansionTooLarge
 from lattices.formats import read_lattices, write_lattices
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreOptions, RescoreResult, rescore
 from lattices.scorer import ContextScorer
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -162,26 +169,75 @@ OOV_WARNING_SHARE = 0.5
 
 def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: RescoreOptions,
                 device: str | None = None, progress: bool | None = None, old_lm: ContextScorer | None = None,
-                warn: Callable[[str], None] | None = None) -> Iterator[list[RescoreResult] | Failure]:
-    """Rescore lattice after lattice (one result per LM weight each), with a progress bar. A
-    lattice that cannot be rescored yields a :class:`Failure` and the job goes on. ``warn`` is
-    called once per job when a lattice's words are mostly unknown to the model."""
+                warn: Callable[[str], None] | None = None, workers: int = 1,
+                batch_pairs: int = 262_144) -> Iterator[list[RescoreResult] | Failure]:
+    """Rescore lattice after lattice (one result per LM weight each), in input order, with a
+    progress bar. A lattice that cannot be rescored yields a :class:`Failure` and the job goes on.
+    ``warn`` is called once per job when a lattice's words are mostly unknown to the model.
+
+    ``workers > 1`` rescores that many lattices at a time in threads (parsing stays in the caller:
+    ``lattices`` is read ahead by at most ``2 * workers``, so memory stays bounded however long
+    the job), and their LM scoring goes through one :class:`~service.batcher.BatchingScorer`: the
+    (context, word) pairs of the lattices in flight meet in one model call of up to
+    ``batch_pairs`` pairs, the server's batching. Each pair's score depends on its own context
+    only, so the results are the same as one at a time (up to float rounding of a larger matmul).
+    """
     from tqdm import tqdm
 
     show = sys.stderr.isatty() if progress is None else progress
-    warned = False
-    for lattice in tqdm(lattices, desc="rescoring", unit="lattice", disable=not show):
+    stream = tqdm(lattices, desc="rescoring", unit="lattice", disable=not show)
+    if workers <= 1:
+        outcomes: Iterator[list[RescoreResult] | Failure] = (
+            _rescore_one(lattice, scorer, options, device, old_lm) for lattice in stream)
+        yield from _warn_once(outcomes, warn)
+        return
+    from service.batcher import BatchingScorer
+
+    batcher = BatchingScorer(scorer, enabled=True, max_pairs=batch_pairs)
+    try:
+        work = functools.partial(_rescore_one, scorer=batcher, options=options, device=device, old_lm=old_lm)
+        yield from _warn_once(_in_order(stream, work, workers), warn)
+    finally:
+        batcher.close()
+
+
+def _rescore_one(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: str | None,
+                 old_lm: ContextScorer | None) -> list[RescoreResult] | Failure:
+    try:
+        return rescore(lattice, scorer, options, device=device, old_lm=old_lm)
+    except (ExpansionTooLarge, LatticeFormatError) as err:  # this lattice only; the job goes on
+        return Failure(lattice.key, str(err))
+
+
+def _in_order(items: Iterable[T], fn: Callable[[T], R], workers: int) -> Iterator[R]:
+    """``fn(item)`` for every item, ``workers`` threads at a time, yielded in input order; at most
+    ``2 * workers`` items are taken from ``items`` ahead of the one being yielded."""
+    pending: deque[Future[R]] = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="afp-rescore") as pool:
         try:
-            results = rescore(lattice, scorer, options, device=device, old_lm=old_lm)
-        except (ExpansionTooLarge, LatticeFormatError) as err:  # this lattice only; the job goes on
-            yield Failure(lattice.key, str(err))
-            continue
-        share = results[0].stats.get("oov_share", 0.0)
-        if warn is not None and not warned and share > OOV_WARNING_SHARE:
-            warned = True
-            warn(f"lattice {lattice.key!r}: {share:.0%} of its distinct words are not in the model's vocabulary "
-                 f"(e.g. {', '.join(results[0].stats['oov_words'][:5])}); they are scored as <unk>. Is the case "
-                 f"of the input the model's? (this warning is given once per job)")
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:  # stopped early (an error, or the consumer went away): drop what has not started
+            for future in pending:
+                future.cancel()
+
+
+def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure],
+               warn: Callable[[str], None] | None) -> Iterator[list[RescoreResult] | Failure]:
+    """Pass ``outcomes`` through, warning once when a lattice's words are mostly out of vocabulary."""
+    warned = False
+    for results in outcomes:
+        if not isinstance(results, Failure) and warn is not None and not warned:
+            share = results[0].stats.get("oov_share", 0.0)
+            if share > OOV_WARNING_SHARE:
+                warned = True
+                warn(f"lattice {results[0].key!r}: {share:.0%} of its distinct words are not in the model's "
+                     f"vocabulary (e.g. {', '.join(results[0].stats['oov_words'][:5])}); they are scored as <unk>. "
+                     f"Is the case of the input the model's? (this warning is given once per job)")
         yield results
 
 

@@ -202,7 +202,8 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     with outputs:
         for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
-                                           warn=lambda text: print(f"afp: warning: {text}", file=sys.stderr)):
+                                           warn=lambda text: print(f"afp: warning: {text}", file=sys.stderr),
+                                           workers=args.workers, batch_pairs=args.batch_pairs):
             if isinstance(lattice_results, Failure):  # this lattice failed; the job goes on
                 failed += 1
                 outputs.failed(lattice_results)
@@ -359,6 +360,17 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score)")
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     _add_common_scoring_options(p)
     p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
@@ -483,6 +495,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=formats)
     _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
+    p.add_argument("--workers", type=_positive, default=1, metavar="N",
+                   help="rescore N lattices at a time, their LM scoring merged into one model call (worth it on "
+                        "a GPU); results stay in input order (default 1)")
+    p.add_argument("--batch-pairs", type=_positive, default=262_144, metavar="N",
+                   help="with --workers: the most (context, word) pairs of one merged model call")
     p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
     p.add_argument("--show-first-pass", action="store_true",
                    help="after each result, the first pass's 1-best ('=KEY' unchanged, '*KEY' changed)")

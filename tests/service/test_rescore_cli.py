@@ -144,3 +144,30 @@ def test_torchrun_rank_chooses_the_shard_and_suffixes_out(tmp_path, model_dir, a
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["utt2 the dog ran"]
     assert [lat.key for lat in read_lattice_file(tmp_path / "rescored.txt.1", "kaldi")] == ["utt2"]
+
+
+def test_workers_rescore_in_input_order_with_the_same_results(capsys, tmp_path, model_dir):
+    """--workers 4 (threads, scoring merged through the batcher) gives what --workers 1 gives,
+    lattice for lattice in input order, a failing lattice included."""
+    blocks = []
+    for i in range(24):
+        blocks.append(f"u{i:02d}\n0 1 the {1 + i % 3},{10 + i},\n0 1 a 1.0,12,\n1 2 cat 0.5,{8 + i % 5},\n"
+                      f"2 3 {'sat' if i % 2 else 'ran'} 0.5,9,\n3 0,0,\n")
+    blocks.append("wide\n" + "".join(f"0 1 {w} 1,1,\n" for w in ("the", "a", "cat", "dog", "sat", "ran")) +
+                  "".join(f"1 2 {w} 1,1,\n" for w in ("the", "a", "cat", "dog", "sat", "ran")) + "2 0,0,\n")
+    archive = tmp_path / "many.txt"
+    archive.write_text("\n".join(blocks) + "\n")
+    argv = ["rescore", "--model", str(model_dir), str(archive), "--json", "--nbest", "2", "--max-arcs", "30"]
+    one, _ = run(capsys, [*argv, "--workers", "1"], status=2)
+    four, captured = run(capsys, [*argv, "--workers", "4", "--batch-pairs", "64"], status=2)
+    assert [r["key"] for r in four] == [r["key"] for r in one] == [f"u{i:02d}" for i in range(24)] + ["wide"]
+    assert "error" in four[-1] and "1 lattice(s) could not be rescored" in captured.err
+    for a, b in zip(one[:-1], four[:-1]):
+        assert [h["words"] for h in a["nbest"]] == [h["words"] for h in b["nbest"]]
+        assert b["best"]["lm_logprob"] == pytest.approx(a["best"]["lm_logprob"], abs=1e-5)
+
+
+def test_workers_must_be_positive(capsys, model_dir, archive):
+    with pytest.raises(SystemExit):
+        main(["rescore", "--model", str(model_dir), str(archive), "--workers", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
