@@ -25,6 +25,11 @@ class LMScorer:
         self.context_size: int | None = loaded.config.context_size
         self.bos_id, self.eos_id, self.unk_id = vocab.bos_id, vocab.eos_id, vocab.unk_id
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs (and :meth:`score` returns its scores)."""
+        return self.loaded.device
+
     def word_ids(self, words: Sequence[str]) -> Tensor:
         return torch.tensor(self.loaded.vocab.encode(list(words)), dtype=torch.int64)
 

@@ -128,7 +128,7 @@ class BatchingScorer:
         if targets.shape[0] == 0:
             return torch.zeros(0)
         deadline = None if timeout is None else time.monotonic() + timeout
-        work = _Work(contexts.cpu(), lengths.cpu(), targets.cpu(), target_context.cpu(), deadline)
+        work = _Work(contexts, lengths, targets, target_context, deadline)  # on the caller's device
         if not self.enabled:
             return self._score_serial(work)
         with self._state_lock:
@@ -261,16 +261,20 @@ class BatchingScorer:
         return torch.cat(parts)
 
     def _call(self, batch: list[_Work]) -> list[Tensor]:
-        """One model call on the merged items; each item's scores. The caller holds the model lock."""
+        """One model call on the merged items; each item's scores, on the device its caller's
+        tensors are on. The items are merged on the model's device (the inner scorer's
+        ``device``, else the first item's): work that is already there is never copied to the
+        host and back. The caller holds the model lock."""
+        device = getattr(self.inner, "device", None) or batch[0].contexts.device
         width = max(int(w.contexts.shape[1]) for w in batch)
-        contexts = torch.cat([F.pad(w.contexts, (width - w.contexts.shape[1], 0)) for w in batch])
-        offsets = torch.tensor([0] + [int(w.contexts.shape[0]) for w in batch[:-1]]).cumsum(0)
-        target_context = torch.cat([w.target_context + int(off) for w, off in zip(batch, offsets)])
-        lengths = torch.cat([w.lengths for w in batch])
-        targets = torch.cat([w.targets for w in batch])
-        merged = self.inner.score(contexts, lengths, targets, target_context).cpu()
+        contexts = torch.cat([F.pad(w.contexts.to(device), (width - w.contexts.shape[1], 0)) for w in batch])
+        offsets = [0, *torch.tensor([int(w.contexts.shape[0]) for w in batch[:-1]]).cumsum(0).tolist()]
+        target_context = torch.cat([w.target_context.to(device) + off for w, off in zip(batch, offsets)])
+        lengths = torch.cat([w.lengths.to(device) for w in batch])
+        targets = torch.cat([w.targets.to(device) for w in batch])
+        merged = self.inner.score(contexts, lengths, targets, target_context)
         self._report(len(batch), int(targets.shape[0]))
-        return list(torch.split(merged, [w.pairs for w in batch]))
+        return [part.to(w.contexts.device) for w, part in zip(batch, torch.split(merged, [w.pairs for w in batch]))]
 
     def _report(self, requests: int, pairs: int) -> None:
         if self.on_batch is not None:
