@@ -4,7 +4,9 @@
   python -m bench.report --check  # exit 1 when the README is out of date with the JSON
 
 Every table names the device and the command that measured it; a benchmark whose JSON is
-absent is listed as not run. Incomplete training runs are marked with their epoch count.
+absent is listed as not run, except training throughput, training at scale and long lattices
+(run by hand on demand), whose sections appear only once their JSON exists. Incomplete training
+runs are marked with their epoch count.
 """
 
 from __future__ import annotations
@@ -232,7 +234,94 @@ def conversational(results: Path) -> list[str]:
     return [*lines, *_table(["set", "model", "shared-vocabulary ppl", "own ppl", "OOV rate"], rows)]
 
 
-SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, rescoring, load, wer, conversational)
+def _ratio_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+#: peak-memory fields of ``bench.train_throughput`` rows and their column names
+_THROUGHPUT_MEMORY = {"peak_cuda_mib": "peak CUDA MiB", "peak_rss_mib": "peak RSS MiB"}
+
+
+def train_throughput(results: Path) -> list[str]:
+    """``train_throughput_<device>.json``: tokens/s and peak memory per (V, mode, softmax), and
+    ``score_contexts`` contexts/s; nothing when absent."""
+    lines = ["## Training throughput and peak memory, exact BPTT against AFP-rho, full against adaptive softmax "
+             "(`python -m bench.train_throughput`)", ""]
+    for device, data in _device_files(results, "train_throughput"):
+        cfg, train, score = data["config"], data["train"], data.get("score")
+        memory = [key for key in _THROUGHPUT_MEMORY if train and key in train[0]]
+        rows = [[f"{r['vocab_size']:,}", "exact (BPTT)" if r["mode"] == "exact" else f"AFP-{cfg['rho']}", r["softmax"],
+                 round(r["tokens_per_second"]), _ratio_cell(r["speedup_over_exact_full"]), *(r.get(k, "-") for k in memory)]
+                for r in train]
+        lines += [f"### {device}: {_where(data)}; GRU {cfg['hidden']}, batch {cfg['batch_size']} x {cfg['bptt']} "
+                  f"tokens, {cfg['precision']}, Zipf-distributed ids (exponent {data['zipf_exponent']:g}), median of "
+                  f"{cfg['rounds']} rounds" + (f"; each configuration in its own process (holding "
+                                               f"{min(r['start_rss_mib'] for r in train):.0f} MiB before it built "
+                                               "anything)" if "start_rss_mib" in train[0] else ""), "",
+                  *_table(["V", "mode", "softmax", "tokens/s", "x exact full (tokens/s)",
+                           *(_THROUGHPUT_MEMORY[k] for k in memory)], rows)]
+        if score:
+            rows = [[r["softmax"], round(r["contexts_per_second"]), round(r["contexts_per_second"]
+                                                                          * score["targets_per_context"]),
+                     _ratio_cell(r["speedup_over_full"]), *(r.get(k, "-") for k in memory)] for r in score["rows"]]
+            lines += [f"`score_contexts` of an AFP-{score['rho']} GRU at V = {score['vocab_size']:,}: "
+                      f"{score['contexts']:,} contexts of {score['rho']} tokens, {score['targets_per_context']} "
+                      "targets each, per call (float32):", "",
+                      *_table(["softmax", "contexts/s", "targets/s", "x full (contexts/s)",
+                               *(_THROUGHPUT_MEMORY[k] for k in memory)], rows)]
+    return lines if len(lines) > 2 else []
+
+
+def train_scale(results: Path) -> list[str]:
+    """``train_scale.json``: memory and speed of memory-mapped shards against the text in
+    memory, step by step; nothing when absent."""
+    data = _load(results / "train_scale.json")
+    if not data:
+        return []
+    args, prepare = data["args"], data["prepare"]
+    words = {"legacy": data["legacy_corpus"]["words"]}
+    rows = [["prepare", "text -> shards", f"{data['corpus']['words']:,}", prepare["peak_rss_mib"],
+             prepare["peak_rss_anon_mib"], prepare["peak_rss_file_mib"], prepare["wall_seconds"], "-"]]
+    for step in ("load", "train"):
+        for name, run in data[step].items():
+            rows.append([step, "text in memory" if name == "legacy" else name.replace("data", "shards", 1),
+                         f"{words.get(name, data['corpus']['words']):,}", run["peak_rss_mib"], run["peak_rss_anon_mib"],
+                         run["peak_rss_file_mib"], run["wall_seconds"],
+                         round(run["tokens_per_second"]) if "tokens_per_second" in run else "-"])
+    same = data.get("same_train_ppl")
+    return ["## Training at scale: memory-mapped shards against the text in memory (`python -m bench.train_scale`)", "",
+            f"{_where(data)}; device `{args['device']}`, model `{args['model_args']}`, batch size "
+            f"{args['batch_size']}, {args['batches']} batches per load and training run; every step in a process "
+            f"of its own (peak RSS from `ru_maxrss`, anonymous and file-backed peaks sampled from `/proc`). Shards on "
+            f"disk: {prepare.get('bytes_on_disk', 0) / 2**20:.1f} MiB."
+            + ("" if same is None else f" Both paths reach the same training perplexity: {'yes' if same else 'no'}."),
+            "", *_table(["step", "data", "corpus words", "peak RSS MiB", "anon MiB", "file MiB", "wall s", "tokens/s"],
+                        rows)]
+
+
+def long_lattices(results: Path) -> list[str]:
+    """``long_lattices.json``: parse and rescore time and peak memory per case, against the
+    baseline commit's code where it ran; nothing when absent."""
+    data = _load(results / "long_lattices.json")
+    if not data:
+        return []
+    rows = []
+    for row in data["rows"]:
+        now, base = row["current"], row.get("baseline")
+        rows.append([row["case"], f"{now['arcs']:,}", f"{now['levels']:,}", now["parse_s"], now["rescore_s"],
+                     now["total_s"], now["peak_rss_mb"], *((base["total_s"], row["speedup"], base["peak_rss_mb"],
+                                                            row["memory_ratio"]) if base else ("-",) * 4)])
+    env = data.get("environment", {})
+    return ["## Long lattices: parse and rescore time and peak memory (`python -m bench.long_lattices`)", "",
+            f"`{data['command']}`: CPU, {data['threads']} torch threads per case, torch {env.get('torch', '?')}; "
+            f"model `{data['model']}`; every case in a fresh process; the baseline is the code of "
+            f"`{data['baseline_ref']}` (ratios baseline / current: above 1, the current code is faster or smaller).",
+            "", *_table(["case", "arcs", "levels", "parse s", "rescore s", "total s", "peak RSS MB",
+                         "baseline total s", "speed-up", "baseline peak RSS MB", "memory ratio"], rows)]
+
+
+SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale, rescoring,
+                                 long_lattices, load, wer, conversational)
 
 
 def render(results: Path = RESULTS) -> str:

@@ -111,3 +111,52 @@ def test_wer_and_conversational_sections(tmp_path):
     assert "| dev_clean | 1000 | 150 | 0.15 | 9000.00 | 12000.00 | not run | not run |" in text
     assert "| switchboard | new | 120.00 | 80.00 | 1.00% |" in text
     assert text.count("Not run yet.") == 5
+
+
+def test_throughput_scale_and_long_lattice_sections_appear_once_their_json_exists(tmp_path):
+    assert "bench.train_throughput" not in render(tmp_path)  # run by hand: no section until there is JSON
+
+    def train_row(v: int, mode: str, softmax: str, tokens_per_second: float, speedup: float | None) -> dict:
+        return {"vocab_size": v, "mode": mode, "softmax": softmax, "name": f"V={v} {mode}, {softmax} softmax",
+                "tokens_per_round": 11200, "round_seconds": [1.0], "median_round_seconds": 1.0,
+                "tokens_per_second": tokens_per_second, "start_rss_mib": 300.0, "peak_rss_mib": 500.0,
+                "peak_cuda_mib": 2048.0 if softmax == "full" else 256.0, "speedup_over_exact_full": speedup}
+
+    _write(tmp_path / "train_throughput_cuda.json", {
+        "device": "cuda:0", "zipf_exponent": 1.0, "environment": {"gpu": "NVIDIA H100", "torch": "2.x"},
+        "config": {"hidden": 256, "rho": 4, "batch_size": 32, "bptt": 35, "precision": "bf16", "rounds": 5},
+        "train": [train_row(200_000, "exact", "full", 4000.4, 1.0), train_row(200_000, "afp", "adaptive", 52000.0, 13.0),
+                  train_row(10_000, "afp", "full", 9000.0, None)],
+        "score": {"vocab_size": 200_000, "rho": 4, "contexts": 4096, "targets_per_context": 8, "rows": [
+            {"softmax": "full", "contexts_per_second": 5000.0, "speedup_over_full": 1.0, "peak_cuda_mib": 900.0},
+            {"softmax": "adaptive", "contexts_per_second": 30000.0, "speedup_over_full": 6.0, "peak_cuda_mib": 90.0}]}})
+    measured = {"returncode": 0, "wall_seconds": 12.5, "peak_rss_mib": 400.0, "peak_rss_anon_mib": 350.0,
+                "peak_rss_file_mib": 50.0}
+    _write(tmp_path / "train_scale.json", {
+        "environment": {"threads": 2, "torch": "2.x"}, "same_train_ppl": True,
+        "args": {"device": "cpu", "model_args": "--cell gru", "batch_size": 64, "batches": 5},
+        "corpus": {"words": 200_000}, "legacy_corpus": {"words": 100_000},
+        "prepare": {**measured, "bytes_on_disk": 2 * 2**20},
+        "load": {"data": {**measured, "peak_rss_mib": 180.0}, "legacy": {**measured, "peak_rss_mib": 900.0}},
+        "train": {"data": {**measured, "tokens_per_second": 1234.4}, "legacy": {**measured, "tokens_per_second": 1200.0}}})
+    now = {"parse_s": 0.5, "rescore_s": 2.0, "total_s": 2.5, "peak_rss_mb": 300.0, "arcs": 20_000, "levels": 20_001}
+    _write(tmp_path / "long_lattices.json", {
+        "command": "python -m bench.long_lattices", "model": "models/conversational", "baseline_ref": "21f2b55",
+        "threads": 1, "environment": {"torch": "2.x"},
+        "rows": [{"case": "chain-20000", "current": now, "baseline": {**now, "total_s": 25.0, "peak_rss_mb": 900.0},
+                  "speedup": 10.0, "memory_ratio": 3.0},
+                 {"case": "chain-100000", "current": {**now, "arcs": 100_000}}]})
+    text = render(tmp_path)
+    assert "### cuda: NVIDIA H100, torch 2.x; GRU 256, batch 32 x 35 tokens, bf16" in text
+    assert "| V | mode | softmax | tokens/s | x exact full (tokens/s) | peak CUDA MiB | peak RSS MiB |" in text
+    assert "| 200,000 | exact (BPTT) | full | 4000 | 1.00 | 2048.00 | 500.00 |" in text
+    assert "| 200,000 | AFP-4 | adaptive | 52000 | 13.00 | 256.00 | 500.00 |" in text
+    assert "| 10,000 | AFP-4 | full | 9000 | - |" in text  # no exact full measured at this V
+    assert "| adaptive | 30000 | 240000 | 6.00 | 90.00 | - |" in text  # 8 targets per context; no RSS given
+    assert "| prepare | text -> shards | 200,000 | 400.00 | 350.00 | 50.00 | 12.50 | - |" in text
+    assert "| load | text in memory | 100,000 | 900.00 |" in text
+    assert "| train | shards | 200,000 | 400.00 | 350.00 | 50.00 | 12.50 | 1234 |" in text
+    assert "Shards on disk: 2.0 MiB. Both paths reach the same training perplexity: yes." in text
+    assert "| chain-20000 | 20,000 | 20,001 | 0.50 | 2.00 | 2.50 | 300.00 | 25.00 | 10.00 | 900.00 | 3.00 |" in text
+    assert "| chain-100000 | 100,000 | 20,001 | 0.50 | 2.00 | 2.50 | 300.00 | - | - | - | - |" in text
+    assert text.count("Not run yet.") == 7  # as with no JSON at all: these sections never say it

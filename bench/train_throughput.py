@@ -1,0 +1,531 @@
+"""Training throughput and peak memory of exact BPTT against AFP-rho, full against adaptive
+softmax, at vocabularies of 10k, 33k and 200k words; and the contexts/s of the rescoring entry
+point (``score_contexts``) at 200k words, full against adaptive softmax. Side by side in one run.
+
+  python -m bench.train_throughput                                   # CPU (slow at 200k: by hand only)
+  python -m bench.train_throughput --device cuda --precision bf16    # GPU, bfloat16 autocast
+  python -m bench.train_throughput --quick --threads 1 --out /tmp/tt.json   # a check that it runs
+
+Training. For every mode (exact BPTT; AFP-rho, FPI, ``--rho`` 4) x softmax (full; adaptive with
+:func:`lm.config.default_cutoffs`) x V (``--vocab-sizes``), a GRU LM (``--hidden`` 256) trains
+with :func:`lm.train.train_step` (forward, backward, clipping, Adam) on the same fixed sample of
+``--batches`` batches of ``--batch-size`` rows x ``--bptt`` tokens. The configurations take turns,
+round after round (``bench.epoch_timing.time_round``), so that machine noise hits them alike;
+tokens/s is that of the median round, and each configuration is also given as a ratio to the
+(exact, full) configuration of the same V (above 1: faster).
+
+Scoring. An AFP-rho GRU at V = ``--score-vocab-size`` (200k) with a full and with an adaptive
+softmax scores ``--contexts`` random contexts of rho tokens, ``--targets-per-context`` next tokens
+each, in one ``score_contexts`` call (the call rescoring makes through ``lm.scorer.LMScorer``, with
+its default logits budget, in float32): contexts/s of the median of ``--rounds`` calls, taken in
+turns, and the ratio of adaptive to full.
+
+Token ids. Every V uses the same kind of synthetic stream: ids drawn from a Zipf distribution
+(``p(id k) ~ 1 / (k + 1) ** ZIPF_EXPONENT``, id 0 the most frequent, as in a frequency-ordered
+vocabulary), one stream per V from a fixed seed. The cost of a step depends on V and, for the
+adaptive softmax, on how the targets fall into its clusters, never on which words they are; a
+Zipf stream gives every V (200k included, where no corpus of ``../shared/data`` has that many
+word types) the same shape of distribution, with no corpus to read. With exponent 1, 74% of the
+targets at V = 33,278 fall in the 2,000-id head (real English text: about 85%), so the adaptive
+numbers are, if anything, slightly pessimistic. The weights are random: speed does not depend on
+them.
+
+Memory. Each configuration is built, warmed up and timed in a process of its own (started from
+a ``forkserver`` that has imported torch, so starting one costs a fork, not an import), which
+the parent drives over a pipe one round at a time, so the turn-taking is kept. Its peak is its
+own: ``ru_maxrss`` (peak resident memory, MiB; ``start_rss_mib`` is what the process held before
+building anything: torch itself) and, on CUDA, ``torch.cuda.max_memory_allocated``. With
+``--in-process`` (and in tests) everything runs in this process and no memory is reported: a
+process-wide peak cannot be told apart per configuration.
+
+Writes ``bench/results/train_throughput_<device>.json`` and ``.png`` (``--out``). The JSON::
+
+  {"benchmark": "bench.train_throughput", "command": "python -m bench.train_throughput ...",
+   "device": "cuda:0", "device_name": "NVIDIA H100 ...", "cell": "gru", "zipf_exponent": 1.0,
+   "config": {ThroughputConfig's fields},
+   "train": [{"vocab_size": 10000, "mode": "exact" | "afp", "softmax": "full" | "adaptive",
+              "name": "V=10000 AFP-4, adaptive softmax", "tokens_per_round": int,
+              "round_seconds": [float, ...], "median_round_seconds": float, "tokens_per_second": float,
+              "speedup_over_exact_full": float | null,   # tokens/s over exact full's at this V
+              "start_rss_mib": float, "peak_rss_mib": float,   # isolated runs only
+              "peak_cuda_mib": float}, ...],                   # isolated CUDA runs only
+   "score": null | {"vocab_size": 200000, "rho": 4, "contexts": 4096, "targets_per_context": 8,
+                    "rows": [{"vocab_size", "softmax", "name", "contexts_per_round", "targets_per_round",
+                              "round_seconds", "median_round_seconds", "contexts_per_second",
+                              "speedup_over_full": float | null, memory as above}, ...]},
+   "environment": {...}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import resource
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from bench.common import RESULTS, environment, pyplot, save_figure, write_json
+from bench.epoch_timing import sync, time_round
+
+ZIPF_EXPONENT = 1.0
+VOCAB_SIZES = (10_000, 33_278, 200_000)
+MODES = ("exact", "afp")
+SOFTMAXES = ("full", "adaptive")
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """What to measure and how; every CLI option.
+
+    Fields:
+      vocab_sizes, modes, softmaxes: the training grid (every combination).
+      hidden, rho: the GRU's width; AFP's fixed-point iterations (training and scoring).
+      batch_size, bptt, batches: one round trains ``batches`` batches of ``batch_size x bptt`` tokens.
+      rounds: rounds of turns (training) and calls (scoring).
+      precision: ``fp32`` or ``bf16`` (autocast) training; scoring is always float32.
+      score_vocab_size, contexts, targets_per_context: the scoring measurement; V 0 skips it.
+      device, threads: where to run; torch threads of every process (None: torch's default).
+      isolate: each configuration in a process of its own (memory reported); else all in this one.
+    """
+
+    vocab_sizes: tuple[int, ...] = VOCAB_SIZES
+    modes: tuple[str, ...] = MODES
+    softmaxes: tuple[str, ...] = SOFTMAXES
+    hidden: int = 256
+    rho: int = 4
+    batch_size: int = 32
+    bptt: int = 35
+    batches: int = 10
+    rounds: int = 5
+    precision: str = "fp32"
+    score_vocab_size: int = 200_000
+    contexts: int = 4096
+    targets_per_context: int = 8
+    device: str = "cpu"
+    threads: int | None = None
+    isolate: bool = True
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("modes", MODES), ("softmaxes", SOFTMAXES)):
+            bad = set(getattr(self, name)) - set(allowed)
+            if bad or not getattr(self, name):
+                raise ValueError(f"{name}: must be a non-empty selection of {allowed}, got {getattr(self, name)}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision: must be fp32 or bf16, got {self.precision!r}")
+        for name in ("hidden", "rho", "batch_size", "bptt", "batches", "rounds", "contexts", "targets_per_context"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+
+
+#: ``--quick``: tiny sizes, a check that every path runs (seconds), not a measurement.
+QUICK = {"vocab_sizes": (100, 300, 1000), "hidden": 16, "batch_size": 4, "bptt": 8, "batches": 2, "rounds": 2,
+         "score_vocab_size": 1000, "contexts": 64, "targets_per_context": 4}
+
+
+def zipf_ids(vocab_size: int, count: int, generator: torch.Generator) -> Tensor:
+    """int64 ``(count,)`` ids in ``[0, vocab_size)``, ``p(k) ~ (k + 1) ** -ZIPF_EXPONENT``."""
+    weights = torch.arange(1, vocab_size + 1, dtype=torch.float64).pow(-ZIPF_EXPONENT)
+    return torch.multinomial(weights, count, replacement=True, generator=generator)
+
+
+def zipf_batches(vocab_size: int, batches: int, batch_size: int, bptt: int, seed: int) -> list[Any]:
+    """``batches`` full :class:`lm.corpus.Batch` es of ``(batch_size, bptt)``: each row a slice of
+    ``bptt + 1`` ids of one Zipf stream, inputs its first ``bptt``, targets its last ``bptt``."""
+    from lm.corpus import Batch
+
+    ids = zipf_ids(vocab_size, batches * batch_size * (bptt + 1), torch.Generator().manual_seed(seed))
+    rows = ids.view(batches, batch_size, bptt + 1)
+    lengths = torch.full((batch_size,), bptt, dtype=torch.long)
+    return [Batch(r[:, :-1].contiguous(), r[:, 1:].contiguous(), lengths) for r in rows]
+
+
+def model_config(vocab_size: int, mode: str, softmax: str, hidden: int, rho: int) -> Any:
+    """The benchmark's GRU LM as a :class:`lm.config.ModelConfig`."""
+    from lm.config import ModelConfig
+
+    return ModelConfig(vocab_size=vocab_size, cell="gru", hidden=hidden, mode=mode,
+                       rho=rho if mode == "afp" else None, softmax=softmax)
+
+
+def _mode_name(mode: str, rho: int) -> str:
+    return f"AFP-{rho}" if mode == "afp" else "exact (BPTT)"
+
+
+class Setup(Protocol):
+    """A configuration to time: ``prepare`` builds it on a device (warm-up included) and returns
+    a function that runs one round and returns its seconds; a round processes ``units`` items."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def units(self) -> int: ...
+
+    def prepare(self, device: torch.device) -> Callable[[], float]: ...
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """Training one configuration: a round is ``batches`` :func:`lm.train.train_step` calls."""
+
+    vocab_size: int
+    mode: str
+    softmax: str
+    hidden: int
+    rho: int
+    batch_size: int
+    bptt: int
+    batches: int
+    precision: str
+
+    @property
+    def name(self) -> str:
+        return f"V={self.vocab_size} {_mode_name(self.mode, self.rho)}, {self.softmax} softmax"
+
+    @property
+    def units(self) -> int:
+        """Tokens per round."""
+        return self.batches * self.batch_size * self.bptt
+
+    def prepare(self, device: torch.device) -> Callable[[], float]:
+        from lm.model import build_model
+
+        sample = [b.to(device) for b in zipf_batches(self.vocab_size, self.batches, self.batch_size, self.bptt,
+                                                     seed=self.vocab_size)]
+        torch.manual_seed(0)
+        model = build_model(model_config(self.vocab_size, self.mode, self.softmax, self.hidden, self.rho))
+        model.reset_parameters(0.05)
+        model.to(device).train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        time_round(model, optimizer, sample[:2], False, self.precision, device)  # warm-up
+        return lambda: time_round(model, optimizer, sample, False, self.precision, device)
+
+
+@dataclass(frozen=True)
+class ScoreSetup:
+    """Scoring with an AFP model: a round is one ``score_contexts`` call on ``contexts`` contexts
+    of ``rho`` tokens, ``targets_per_context`` targets each."""
+
+    vocab_size: int
+    softmax: str
+    hidden: int
+    rho: int
+    contexts: int
+    targets_per_context: int
+
+    @property
+    def name(self) -> str:
+        return f"V={self.vocab_size} {_mode_name('afp', self.rho)} scoring, {self.softmax} softmax"
+
+    @property
+    def units(self) -> int:
+        """Contexts per round."""
+        return self.contexts
+
+    def prepare(self, device: torch.device) -> Callable[[], float]:
+        from lm.model import build_model
+
+        generator = torch.Generator().manual_seed(self.vocab_size)
+        contexts = zipf_ids(self.vocab_size, self.contexts * self.rho, generator).view(self.contexts, self.rho)
+        lengths = torch.full((self.contexts,), self.rho, dtype=torch.long)
+        targets = zipf_ids(self.vocab_size, self.contexts * self.targets_per_context, generator)
+        target_context = torch.arange(self.contexts).repeat_interleave(self.targets_per_context)
+        contexts, lengths, targets, target_context = (t.to(device) for t in (contexts, lengths, targets,
+                                                                              target_context))
+        torch.manual_seed(0)
+        model = build_model(model_config(self.vocab_size, "afp", self.softmax, self.hidden, self.rho))
+        model.reset_parameters(0.05)
+        model.to(device).eval()
+
+        def run() -> float:
+            sync(device)
+            started = time.perf_counter()
+            model.score_contexts(contexts, lengths, targets, target_context)
+            sync(device)
+            return time.perf_counter() - started
+
+        run()  # warm-up
+        return run
+
+
+def _max_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _serve(setup: Setup, device_name: str, threads: int, conn: Connection) -> None:
+    """(Runs in a worker process.) Prepare ``setup``, then answer ``"round"`` with a round's
+    seconds until ``"stop"``, which is answered with the process's peak memory. Every answer is
+    ``("ok", value)``, or ``("error", traceback)`` once, after which the worker ends."""
+    try:
+        torch.set_num_threads(threads)
+        device = torch.device(device_name)
+        memory = {"start_rss_mib": _max_rss_mib()}
+        run = setup.prepare(device)
+        conn.send(("ok", None))
+        while conn.recv() == "round":
+            conn.send(("ok", run()))
+        memory["peak_rss_mib"] = _max_rss_mib()
+        if device.type == "cuda":
+            memory["peak_cuda_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        conn.send(("ok", memory))
+    except BaseException:  # reported to the parent, which raises it
+        conn.send(("error", traceback.format_exc()))
+
+
+class InProcess:
+    """A configuration prepared and timed in this process; no memory of its own to report."""
+
+    def __init__(self, setup: Setup, device: torch.device) -> None:
+        self._run = setup.prepare(device)
+
+    def round(self) -> float:
+        return self._run()
+
+    def close(self) -> dict[str, float]:
+        return {}
+
+    def terminate(self) -> None:
+        pass
+
+
+class Worker:
+    """A configuration prepared and timed in a worker process (:func:`_serve`), round by round."""
+
+    def __init__(self, setup: Setup, device: torch.device, threads: int,
+                 context: multiprocessing.context.BaseContext) -> None:
+        self.name = setup.name
+        self._conn, theirs = context.Pipe()
+        self._process = context.Process(target=_serve, args=(setup, str(device), threads, theirs), daemon=True)
+        self._process.start()
+        theirs.close()
+        self._receive()  # prepared
+
+    def _receive(self) -> Any:
+        try:
+            status, value = self._conn.recv()
+        except EOFError:
+            self._process.join()
+            raise RuntimeError(f"{self.name}: the worker ended (exit code {self._process.exitcode})") from None
+        if status == "error":
+            self._process.join()  # it ends after reporting
+            raise RuntimeError(f"{self.name} failed in its worker:\n{value}")
+        return value
+
+    def round(self) -> float:
+        self._conn.send("round")
+        return self._receive()
+
+    def close(self) -> dict[str, float]:
+        """Stop the worker; its peak memory (MiB)."""
+        self._conn.send("stop")
+        memory = self._receive()
+        self._process.join()
+        return memory
+
+    def terminate(self) -> None:
+        """Kill the worker if it still runs (after an error elsewhere)."""
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """A forkserver that has imported torch and the model: a worker starts with a fork, and has
+    not inherited any threads or CUDA state from this process."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "lm.model", "lm.train"])
+    return context
+
+
+def measure(setups: Sequence[Setup], rounds: int, device: torch.device, threads: int, isolate: bool,
+            rate_key: str, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Time ``setups`` taking turns, ``rounds`` rounds; per setup, in order: ``round_seconds``,
+    ``median_round_seconds``, ``rate_key`` (units per second in the median round) and, when
+    ``isolate``, the memory of its worker (:func:`_serve`)."""
+    context = _worker_context() if isolate else None
+    runners: list[InProcess | Worker] = []
+    try:
+        for setup in setups:
+            log(f"preparing {setup.name}")
+            runners.append(Worker(setup, device, threads, context) if context else InProcess(setup, device))
+        times: list[list[float]] = [[] for _ in setups]
+        for index in range(rounds):
+            for runner, seconds in zip(runners, times, strict=True):
+                seconds.append(runner.round())
+            log(f"round {index + 1}/{rounds}: " + ", ".join(f"{s.name} {t[-1]:.3f}s"
+                                                          for s, t in zip(setups, times, strict=True)))
+        memories = [runner.close() for runner in runners]
+    finally:
+        for runner in runners:
+            runner.terminate()
+    rows = []
+    for setup, seconds, memory in zip(setups, times, memories, strict=True):
+        median = statistics.median(seconds)
+        rows.append({"round_seconds": seconds, "median_round_seconds": median, rate_key: setup.units / median,
+                     **{k: round(v, 1) for k, v in memory.items()}})
+    return rows
+
+
+def train_setups(cfg: ThroughputConfig) -> list[TrainSetup]:
+    """The training grid, V by V, exact and full first within each V."""
+    return [TrainSetup(v, mode, softmax, cfg.hidden, cfg.rho, cfg.batch_size, cfg.bptt, cfg.batches, cfg.precision)
+            for v in cfg.vocab_sizes for mode in cfg.modes for softmax in cfg.softmaxes]
+
+
+def score_setups(cfg: ThroughputConfig) -> list[ScoreSetup]:
+    return [ScoreSetup(cfg.score_vocab_size, softmax, cfg.hidden, cfg.rho, cfg.contexts, cfg.targets_per_context)
+            for softmax in cfg.softmaxes]
+
+
+def _ratio(row: dict[str, Any], reference: dict[str, Any] | None, key: str) -> float | None:
+    return row[key] / reference[key] if reference else None
+
+
+def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run both measurements; the JSON object of the module docstring (without ``command``)."""
+    from lm.train import resolve_device
+
+    device = resolve_device(cfg.device)
+    threads = cfg.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    setups = train_setups(cfg)
+    train = [{"vocab_size": s.vocab_size, "mode": s.mode, "softmax": s.softmax, "name": s.name,
+              "tokens_per_round": s.units, **m}
+             for s, m in zip(setups, measure(setups, cfg.rounds, device, threads, cfg.isolate, "tokens_per_second",
+                                             log), strict=True)]
+    for row in train:
+        reference = next((r for r in train if r["vocab_size"] == row["vocab_size"] and r["mode"] == "exact"
+                          and r["softmax"] == "full"), None)
+        row["speedup_over_exact_full"] = _ratio(row, reference, "tokens_per_second")
+    result: dict[str, Any] = {
+        "benchmark": "bench.train_throughput", "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        "config": dataclasses.asdict(cfg),
+        "cell": "gru", "zipf_exponent": ZIPF_EXPONENT, "train": train, "score": None,
+    }
+    if cfg.score_vocab_size:
+        setups_s = score_setups(cfg)
+        rows = [{"vocab_size": s.vocab_size, "softmax": s.softmax, "name": s.name, "contexts_per_round": s.units,
+                 "targets_per_round": s.units * s.targets_per_context, **m}
+                for s, m in zip(setups_s, measure(setups_s, cfg.rounds, device, threads, cfg.isolate,
+                                                  "contexts_per_second", log), strict=True)]
+        full = next((r for r in rows if r["softmax"] == "full"), None)
+        for row in rows:
+            row["speedup_over_full"] = _ratio(row, full, "contexts_per_second")
+        result["score"] = {"vocab_size": cfg.score_vocab_size, "rho": cfg.rho, "contexts": cfg.contexts,
+                           "targets_per_context": cfg.targets_per_context, "rows": rows}
+    result["environment"] = environment()
+    return result
+
+
+MEMORY_LABELS = {"peak_cuda_mib": "peak CUDA memory (MiB)", "peak_rss_mib": "peak RSS (MiB)"}
+
+
+def _memory_key(result: dict[str, Any]) -> str | None:
+    """The peak-memory field the rows carry: CUDA's when measured on a GPU, else RSS, else None."""
+    rows = result["train"]
+    return next((key for key in MEMORY_LABELS if rows and key in rows[0]), None)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Tokens/s and peak memory per V (one bar per mode and softmax), and scoring contexts/s."""
+    plt = pyplot()
+    memory = _memory_key(result)
+    panels = [("tokens_per_second", "training tokens/s")] + ([(memory, MEMORY_LABELS[memory])] if memory else [])
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5.5 * (len(panels) + 1), 4.2))
+    train = result["train"]
+    vocab_sizes = sorted({r["vocab_size"] for r in train})
+    kinds = list(dict.fromkeys((r["mode"], r["softmax"]) for r in train))
+    width = 0.8 / len(kinds)
+    for ax, (key, label) in zip(axes, panels, strict=False):
+        for i, (mode, softmax) in enumerate(kinds):
+            values = [next((r[key] for r in train if (r["vocab_size"], r["mode"], r["softmax"]) == (v, mode, softmax)),
+                           0.0) for v in vocab_sizes]
+            ax.bar([x + i * width for x in range(len(vocab_sizes))], values, width,
+                   label=f"{_mode_name(mode, result['config']['rho'])}, {softmax}")
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(vocab_sizes))], [f"V={v:,}" for v in vocab_sizes])
+        ax.set_yscale("log" if key == "tokens_per_second" else "linear")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"GRU {result['config']['hidden']}, {result['device_name']}, {result['config']['precision']}")
+    ax = axes[-1]
+    if result["score"]:
+        rows = result["score"]["rows"]
+        bars = ax.bar([r["softmax"] for r in rows], [r["contexts_per_second"] for r in rows], color="C2")
+        ax.bar_label(bars, fmt="%.0f")
+        ax.set_ylabel("score_contexts contexts/s")
+        ax.set_title(f"AFP-{result['score']['rho']} scoring, V={result['score']['vocab_size']:,}")
+    save_figure(fig, path)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[ThroughputConfig, Path | None]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = ThroughputConfig()
+    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=list(defaults.vocab_sizes))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--softmax", nargs="+", choices=SOFTMAXES, default=list(SOFTMAXES))
+    parser.add_argument("--hidden", type=int, default=defaults.hidden)
+    parser.add_argument("--rho", type=int, default=defaults.rho)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--bptt", type=int, default=defaults.bptt, help="tokens per row")
+    parser.add_argument("--batches", type=int, default=defaults.batches, help="batches per round (a fixed sample)")
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default=defaults.precision,
+                        help="training precision (bf16: autocast); scoring stays float32")
+    parser.add_argument("--score-vocab-size", type=int, default=defaults.score_vocab_size,
+                        help="V of the scoring measurement (0: skip it)")
+    parser.add_argument("--contexts", type=int, default=defaults.contexts)
+    parser.add_argument("--targets-per-context", type=int, default=defaults.targets_per_context)
+    parser.add_argument("--device", default=defaults.device)
+    parser.add_argument("--threads", type=int, help="torch threads of every process (default: torch's)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every configuration in this process (no per-configuration memory)")
+    parser.add_argument("--quick", action="store_true", help=f"tiny sizes, a check that it runs: {QUICK}")
+    parser.add_argument("--out", type=Path, help="JSON path (default bench/results/train_throughput_<device>.json)")
+    args = parser.parse_args(argv)
+    fields = {"vocab_sizes": tuple(args.vocab_sizes), "modes": tuple(args.modes), "softmaxes": tuple(args.softmax),
+              "hidden": args.hidden, "rho": args.rho, "batch_size": args.batch_size, "bptt": args.bptt,
+              "batches": args.batches, "rounds": args.rounds, "precision": args.precision,
+              "score_vocab_size": args.score_vocab_size, "contexts": args.contexts,
+              "targets_per_context": args.targets_per_context, "device": args.device, "threads": args.threads,
+              "isolate": not args.in_process}
+    if args.quick:
+        fields.update(QUICK)
+    try:
+        return ThroughputConfig(**fields), args.out
+    except ValueError as err:
+        parser.error(str(err))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cfg, out = parse_args(argv)
+    result = benchmark(cfg)
+    result["command"] = " ".join(["python -m bench.train_throughput", *(sys.argv[1:] if argv is None else argv)])
+    out = out or RESULTS / f"train_throughput_{torch.device(result['device']).type}.json"
+    write_json(out, result)
+    plot(result, out.with_suffix(".png"))
+    for row in result["train"]:
+        ratio = row["speedup_over_exact_full"]
+        print(f"{row['name']:>42}: {row['tokens_per_second']:10.0f} tokens/s"
+              + (f"  x{ratio:.2f} of exact full" if ratio is not None else "")
+              + (f"  peak {row[k]:.0f} MiB" if (k := _memory_key(result)) else ""))
+    for row in (result["score"] or {}).get("rows", []):
+        ratio = row["speedup_over_full"]
+        print(f"{row['name']:>42}: {row['contexts_per_second']:10.0f} contexts/s"
+              + (f"  x{ratio:.2f} of full" if ratio is not None else ""))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
