@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lattices.formats import read_json_lattices, read_lattices, write_lattices
+from lattices.formats import nbest_lattices, read_json_lattices, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
 from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
 from lattices.lattice import Lattice, LatticeFormatError
@@ -126,26 +126,27 @@ def _parse_symbols(words: str) -> tuple[str, ...]:
     return tuple(table)
 
 
-def parse_lattices(request: RescoreRequest, settings: Settings) -> list[Lattice]:
-    """The request's lattices, checked against the size limits."""
+def parse_lattices(request: RescoreRequest, settings: Settings, deadline: float | None = None) -> list[Lattice]:
+    """The request's lattices, checked against the size limits (archives stop between lattices
+    once ``deadline`` has passed)."""
     symbols = _symbols(request.words)
     payload, fmt = request.lattice, request.format
     if fmt == "nbest-json" or (fmt == "auto" and not isinstance(payload, str) and _is_nbest_json(payload)):
-        from lattices.formats.nbest import nbest_from_json, nbest_to_lattice
+        from lattices.formats.nbest import nbest_from_json
 
-        lattices = [nbest_to_lattice(n) for n in nbest_from_json(payload, SOURCE)]
+        lattices = nbest_lattices(nbest_from_json(payload, SOURCE), SOURCE, deadline)
     elif isinstance(payload, str):
         if fmt == "k2":
             raise APIError(422, "invalid_request", "a k2 lattice is sent as a JSON object, not a string",
                            field="lattice")
-        lattices = read_lattices(payload, fmt, symbols, source=SOURCE)
+        lattices = read_lattices(payload, fmt, symbols, source=SOURCE, deadline=deadline)
     elif fmt == "k2" or (fmt == "auto" and is_k2_json(payload)):
         items = payload if isinstance(payload, list) else [payload]
         lattices = [lat for i, item in enumerate(items)
                     for lat in read_k2(k2_dict_from_json(item, source=SOURCE), symbols, SOURCE, key=f"lattice-{i}")]
     elif fmt in ("json", "auto"):
         lattices = ([lattice_from_json(payload, SOURCE)] if isinstance(payload, dict) and "lattices" not in payload
-                    else read_json_lattices(_json_text(payload), SOURCE))
+                    else read_json_lattices(_json_text(payload), SOURCE, deadline))
     else:
         raise APIError(422, "invalid_request", f"a {fmt} lattice is sent as a string", field="lattice")
     if not lattices:
@@ -215,7 +216,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float |
     """Parse, rescore and serialize every lattice of a request (one result per lattice and LM weight)."""
     settings = runtime.settings
     options = dataclasses.replace(options_for(request, settings), deadline=deadline)
-    lattices = parse_lattices(request, settings)
+    lattices = parse_lattices(request, settings, deadline)
     out = []
     for lattice in lattices:
         check_deadline(deadline)

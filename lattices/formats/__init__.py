@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lattices.lattice import Lattice, LatticeFormatError
+from lattices.ops import check_deadline
 
 if TYPE_CHECKING:
     from lattices.formats.nbest import NBestList
@@ -111,12 +112,14 @@ def _looks_like_srilm(head: str) -> bool:
 
 
 def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] | None = None,
-                  source: str | None = None, key: str | None = None) -> list[Lattice]:
+                  source: str | None = None, key: str | None = None, deadline: float | None = None) -> list[Lattice]:
     """Parse lattices of format ``fmt`` (one of :data:`READ_FORMATS` but ``"espnet-nbest"``, or ``"auto"``).
 
     ``symbols`` is the word symbol table (id -> word) for formats that store integer word ids
     (Kaldi ``.int`` archives, OpenFst, k2). ``key`` names a lattice in formats without keys
-    (OpenFst, k2); it defaults to the source's file name.
+    (OpenFst, k2); it defaults to the source's file name. ``deadline`` (``time.monotonic()``
+    seconds): the archive formats (Kaldi, JSON, n-best lists) check it between lattices and raise
+    :class:`~lattices.ops.DeadlineExceeded` once it has passed.
     """
     data = maybe_gunzip(data, source)
     if fmt == "auto":
@@ -128,8 +131,8 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
         from lattices.formats.kaldi_binary import looks_like_kaldi_binary, read_kaldi_binary
 
         if isinstance(data, bytes) and looks_like_kaldi_binary(data):
-            return read_kaldi_binary(data, symbols, source)
-        return read_kaldi(_decode(data, source), symbols, source)
+            return read_kaldi_binary(data, symbols, source, deadline)
+        return read_kaldi(_decode(data, source), symbols, source, deadline)
     if fmt == "htk":
         from lattices.formats.htk import read_htk
 
@@ -143,15 +146,15 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
 
         return load_k2_bytes(data if isinstance(data, bytes) else data.encode(), symbols, source, key=key)
     if fmt == "json":
-        return read_json_lattices(_decode(data, source), source)
+        return read_json_lattices(_decode(data, source), source, deadline)
     if fmt == "nbest-json":
         from lattices.formats.nbest import nbest_from_json
 
-        return _nbest_lattices(nbest_from_json(_decode(data, source), source), source)
+        return nbest_lattices(nbest_from_json(_decode(data, source), source), source, deadline)
     if fmt == "srilm-nbest":
         from lattices.formats.nbest import read_srilm_nbest
 
-        return _nbest_lattices([read_srilm_nbest(_decode(data, source), source, key)], source)
+        return nbest_lattices([read_srilm_nbest(_decode(data, source), source, key)], source)
     if fmt == "espnet-nbest":
         raise LatticeFormatError("espnet-nbest is a directory format: give read_lattice_file the folder holding "
                                  "1best_recog/, 2best_recog/...", source=source)
@@ -159,17 +162,22 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
                              source=source)
 
 
-def _nbest_lattices(lists: Sequence[NBestList], source: str | None) -> list[Lattice]:
+def nbest_lattices(lists: Sequence[NBestList], source: str | None, deadline: float | None = None) -> list[Lattice]:
+    """The lattice of each n-best list (errors located in ``source``; ``deadline`` as :func:`read_lattices`)."""
     from lattices.formats.nbest import nbest_to_lattice
 
+    out = []
     try:
-        return [nbest_to_lattice(nbest) for nbest in lists]
+        for nbest in lists:
+            check_deadline(deadline)
+            out.append(nbest_to_lattice(nbest))
     except LatticeFormatError as err:
         raise err.located(source=source) from None
+    return out
 
 
-def read_json_lattices(text: str, source: str | None = None) -> list[Lattice]:
-    """One lattice object, a list of them, or ``{"lattices": [...]}``."""
+def read_json_lattices(text: str, source: str | None = None, deadline: float | None = None) -> list[Lattice]:
+    """One lattice object, a list of them, or ``{"lattices": [...]}`` (``deadline``: as :func:`read_lattices`)."""
     from lattices.formats.jsonfmt import lattice_from_json
 
     try:
@@ -183,6 +191,7 @@ def read_json_lattices(text: str, source: str | None = None) -> list[Lattice]:
     items = obj if isinstance(obj, list) else [obj]
     out = []
     for i, item in enumerate(items):
+        check_deadline(deadline)
         try:
             out.append(lattice_from_json(item, source))
         except LatticeFormatError as err:
@@ -197,7 +206,7 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
     if fmt == "espnet-nbest" or (fmt == "auto" and path.is_dir()):
         from lattices.formats.nbest import read_espnet_nbest
 
-        return _nbest_lattices(read_espnet_nbest(path), str(path))
+        return nbest_lattices(read_espnet_nbest(path), str(path))
     try:
         data = path.read_bytes()
     except FileNotFoundError:

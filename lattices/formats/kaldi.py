@@ -69,6 +69,7 @@ from lattices.formats._text import (
     split_fields, symbol_index, word_ids_in,
 )
 from lattices.lattice import Lattice, LatticeFormatError
+from lattices.ops import check_deadline
 
 __all__ = ["read_kaldi", "write_kaldi"]
 
@@ -82,18 +83,24 @@ _BLANK = " \t\r"
 Lines = list[tuple[int, list[str]]]
 
 
-def read_kaldi(text: str, symbols: Sequence[str] | None = None, source: str | None = None) -> list[Lattice]:
+def read_kaldi(text: str, symbols: Sequence[str] | None = None, source: str | None = None,
+               deadline: float | None = None) -> list[Lattice]:
     """Read a Kaldi text archive into lattices, in archive order (see the module docstring).
 
     ``symbols[i]`` is the word with id ``i`` (``symbols[0] == "<eps>"``); it is required when the
     words are integer ids. ``source`` (a file name) is named in errors. Raises
-    :class:`LatticeFormatError` naming source, key, line and field for any malformed input.
+    :class:`LatticeFormatError` naming source, key, line and field for any malformed input, and
+    :class:`~lattices.ops.DeadlineExceeded` between lattices once ``deadline`` has passed.
     """
     blocks = _split_archive(text, source)
-    parsed = [_parse_lattice(key, key_line, lines, Where(source, key)) for key, key_line, lines in blocks]
+    parsed = []
+    for key, key_line, lines in blocks:
+        check_deadline(deadline)
+        parsed.append(_parse_lattice(key, key_line, lines, Where(source, key)))
     table, word_ids, are_ids = resolve_words([p[0] for p in parsed], symbols, source)
     lattices = []
     for (graph, transducer, ilabels, tids, final_tids), words in zip(parsed, word_ids):
+        check_deadline(deadline)
         meta, arc_extra, final_extra = kaldi_extras(transducer, are_ids, ilabels, tids, final_tids)
         lattices.append(graph.to_lattice(Where(source, graph.key), table, words, meta, arc_extra, final_extra))
     return lattices

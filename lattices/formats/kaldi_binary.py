@@ -63,6 +63,7 @@ import torch
 from lattices.formats._text import MAX_ID, checked_symbols, word_ids_in
 from lattices.formats.kaldi import COMPACT, TRANSDUCER, checked_tids, kaldi_extras
 from lattices.lattice import EPSILON, Lattice, LatticeFormatError
+from lattices.ops import check_deadline
 
 __all__ = ["looks_like_kaldi_binary", "read_kaldi_binary", "write_kaldi_binary"]
 
@@ -89,17 +90,20 @@ def looks_like_kaldi_binary(data: bytes) -> bool:
     return _START.match(data[:4096]) is not None
 
 
-def read_kaldi_binary(data: bytes, symbols: Sequence[str] | None = None, source: str | None = None) -> list[Lattice]:
+def read_kaldi_binary(data: bytes, symbols: Sequence[str] | None = None, source: str | None = None,
+                      deadline: float | None = None) -> list[Lattice]:
     """Read a binary Kaldi archive into lattices, in archive order (see the module docstring).
 
     ``symbols[i]`` is the word with id ``i`` (``words.txt``); it is required unless no lattice has
-    an arc. ``source`` (a file name) is named in errors.
+    an arc. ``source`` (a file name) is named in errors. Past ``deadline`` (checked between
+    lattices): :class:`~lattices.ops.DeadlineExceeded`.
     """
     reader = _Reader(bytes(data), checked_symbols(symbols, source), source)
     lattices: list[Lattice] = []
     keys: dict[str, int] = {}
     pos = _SPACE.match(reader.data).end()
     while pos < reader.end:
+        check_deadline(deadline)
         key, at, pos = reader.key(pos)
         if key in keys:
             raise reader.error(f"key {key!r} was already used at byte {keys[key]}", at, "key")
