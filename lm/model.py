@@ -246,12 +246,36 @@ class LanguageModel(nn.Module, ABC):
             rows = target_context[picked] - start
             if self.adaptive is None:
                 result[picked] = self.log_probs(features)[rows, targets[picked]]
-            else:  # targets of one chunk of contexts, a chunk's worth of rows at a time
-                for first in range(0, picked.shape[0], chunk):
-                    part = picked[first:first + chunk]
-                    result[part] = self.target_log_probs(features[rows[first:first + chunk]], targets[part],
-                                                         max_elements)
+            else:
+                result[picked] = self._adaptive_pick(features, rows, targets[picked], max_elements)
         return result
+
+    def _adaptive_pick(self, features: Tensor, rows: Tensor, targets: Tensor, max_elements: int) -> Tensor:
+        """Adaptive-softmax log-probabilities of targets after contexts, each context's head and
+        tail clusters computed once however many of its targets need them.
+
+        ``features: (C, F)`` of C contexts (C within :meth:`rows_within` of ``max_elements``),
+        ``rows: int64 (M,)`` each target's context, ``targets: int64 (M,)`` -> float32 ``(M,)``.
+        The same numbers as :meth:`target_log_probs` on ``features[rows]``, which would compute
+        the head once per target: with several targets per context (a lattice's arcs leaving one
+        history) that is several times the work. A tail cluster goes through as many contexts at
+        a time as fit ``max_elements``."""
+        assert self.adaptive is not None
+        head = self._adaptive_head(features)
+        shortlist = self.adaptive.shortlist_size
+        out = head[rows, targets.clamp(max=shortlist - 1)]
+        for i, (lo, hi) in enumerate(self._clusters()):
+            wanted = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
+            if wanted.numel() == 0:
+                continue
+            contexts, which = torch.unique(rows[wanted], return_inverse=True)
+            step = max(1, max_elements // (hi - lo))
+            for first in range(0, contexts.numel(), step):
+                tail = self._adaptive_tail(i, features[contexts[first:first + step]], lo, hi)
+                inside = (which >= first) & (which < first + step)
+                part = wanted[inside]
+                out[part] = head[rows[part], shortlist + i] + tail[which[inside] - first, targets[part] - lo]
+        return out
 
     def _truncate(self, contexts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if contexts.dim() != 2 or lengths.shape != contexts.shape[:1]:

@@ -126,3 +126,20 @@ def test_afp_train_flags_reach_the_config(tmp_path, capsys):
     assert main(["info", "--model", str(tmp_path / "m"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["softmax"] == "adaptive" and info["cutoffs"] == [5, 9]
+
+
+@pytest.mark.parametrize("max_elements", [7, 1 << 20])
+def test_every_word_after_a_context_sums_to_one(max_elements):
+    """Many targets per context (a lattice's arcs leaving one history): the head and each tail
+    cluster are computed per context, and the whole vocabulary after a context sums to 1."""
+    vocab = tiny_vocab()
+    model = make_model(vocab, cell="gru", mode="afp", rho=2, **ADAPTIVE)
+    contexts = torch.tensor([[vocab.bos_id, vocab.bos_id], [vocab.bos_id, 5], [6, 7]])
+    lengths = torch.tensor([1, 2, 2])
+    targets = torch.arange(vocab.size).repeat(3)
+    target_context = torch.arange(3).repeat_interleave(vocab.size)
+    got = model.score_contexts(contexts, lengths, targets, target_context, max_elements=max_elements)
+    sums = torch.logsumexp(got.reshape(3, vocab.size), dim=1).exp()
+    assert torch.allclose(sums, torch.ones(3), atol=1e-5)
+    features = model.context_features(contexts, lengths)
+    assert torch.allclose(got, model.target_log_probs(features[target_context], targets), atol=1e-6)
