@@ -21,6 +21,11 @@ states. It runs in numpy on the CPU, as the design keeps expansion on CPU worker
 narrow lattice (a chain, a frame-level Kaldi lattice) holds a few arcs, where a numpy call's
 fixed cost (about a microsecond) is a tenth of a small torch call's; the result comes back as
 tensors on the lattice's device.
+
+A lattice in which no state has two incoming arcs (a chain; the prefix tree of an n-best list)
+has one history per state: its expansion is the lattice itself, and the histories come from
+pointer jumping along the parent arcs in ``log2(depth)`` whole-array steps (``_expand_tree``),
+not from a step per level.
 """
 
 from __future__ import annotations
@@ -144,10 +149,23 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
     """
     if rho < 1:
         raise ValueError(f"rho must be at least 1, got {rho}")
-    levels = lattice.levels.cpu().numpy()
-    num_levels = int(levels.max()) + 1
     lattice_dst = lattice.dst.cpu().numpy()
     arc_word = lm_word_of_symbol.cpu().numpy()[lattice.words.cpu().numpy()]
+    if lattice.num_arcs and int(np.bincount(lattice_dst, minlength=lattice.num_states).max()) <= 1:
+        check_deadline(deadline)
+        if max_arcs is not None and lattice.num_arcs > max_arcs:
+            raise ExpansionTooLarge(lattice.key, max_arcs, lattice.num_arcs, rho)
+        return _expand_tree(lattice, arc_word, rho, bos_id)
+    return _expand_levels(lattice, arc_word, rho, bos_id, max_arcs, deadline)
+
+
+def _expand_levels(lattice: Lattice, arc_word: np.ndarray, rho: int, bos_id: int, max_arcs: int | None,
+                   deadline: float | None) -> Expansion:
+    """:func:`expand` of any lattice, level by level (the module docstring); ``arc_word`` int64
+    ``(A,)``: the LM word of each arc, ``PAD`` for skipped symbols."""
+    lattice_dst = lattice.dst.cpu().numpy()
+    levels = lattice.levels.cpu().numpy()
+    num_levels = int(levels.max()) + 1
     by_src, starts = topology.arcs_by_state(lattice.num_states, lattice.src.cpu().numpy())
 
     start_history = np.full((1, rho), PAD, dtype=np.int64)
@@ -201,21 +219,64 @@ def expand(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, bos_id: int,
         state_history.append(unique_keys[:, 1:])
         emit(new_ids, unique_keys[:, 0], unique_keys[:, 1:])
 
-    state_orig_a = np.concatenate(state_orig)
     empty = np.zeros(0, dtype=np.int64)
-    src = np.concatenate(src_parts) if src_parts else empty
-    arc_orig = np.concatenate(arc_parts) if arc_parts else empty
+    return _expansion(lattice, rho, arc_word, np.concatenate(state_orig), np.concatenate(state_history),
+                      np.concatenate(src_parts) if src_parts else empty,
+                      np.concatenate(dst_parts) if dst_parts else empty,
+                      np.concatenate(arc_parts) if arc_parts else empty)
+
+
+def _expand_tree(lattice: Lattice, arc_word: np.ndarray, rho: int, bos_id: int) -> Expansion:
+    """:func:`expand` of a lattice in which no state has two incoming arcs (a chain, the prefix
+    tree of an n-best list): each state has one path from the start, so one history, and the
+    expansion is the lattice itself, its states in topological order.
+
+    Each state's history comes from pointer jumping instead of a pass per level: ``nearest[s]`` is
+    the closest state on the path to ``s`` (``s`` itself included) whose incoming arc carries an
+    LM word (``S``, a sentinel, past the start), found by doubling ``log2(depth)`` times; the
+    history is then read back ``rho`` words at a time, ``<s>`` once the start is passed. A
+    100,000-arc chain takes a few dozen numpy calls instead of 100,000 level steps."""
+    n = lattice.num_states
+    src, dst = lattice.src.cpu().numpy(), lattice.dst.cpu().numpy()
+    parent = np.full(n + 1, n, dtype=np.int64)  # index n: the sentinel before the start, its own parent
+    parent[dst] = src
+    word = np.full(n + 1, PAD, dtype=np.int64)  # the LM word of each state's incoming arc
+    word[dst] = arc_word
+    nearest = np.where(word >= 0, np.arange(n + 1), parent)
+    nearest[n] = n
+    while True:
+        jumped = nearest[nearest]
+        if np.array_equal(jumped, nearest):
+            break
+        nearest = jumped
+    history = np.full((n, rho), PAD, dtype=np.int64)
+    at, done = nearest[:n], np.zeros(n, dtype=bool)
+    for column in range(rho - 1, -1, -1):  # the most recent word first
+        history[:, column] = np.where(done, PAD, np.where(at < n, word[at], bos_id))
+        done |= at == n  # <s> written: nothing before it
+        at = nearest[parent[at]]
+    order = np.argsort(lattice.levels.cpu().numpy(), kind="stable")  # the start first (the only level-0 state)
+    new_id = np.empty(n, dtype=np.int64)
+    new_id[order] = np.arange(n)
+    arcs = np.arange(lattice.num_arcs)
+    return _expansion(lattice, rho, arc_word, order, history[order], new_id[src], new_id[dst], arcs)
+
+
+def _expansion(lattice: Lattice, rho: int, arc_word: np.ndarray, state_orig: np.ndarray, state_history: np.ndarray,
+               src: np.ndarray, dst: np.ndarray, arc_orig: np.ndarray) -> Expansion:
+    """The :class:`Expansion` of expanded states (original state and history of each, in
+    topological order) and arcs (expanded ends and original arc of each, any order): arcs
+    grouped by source, finals found, tensors on the lattice's device."""
     order = np.argsort(src, kind="stable")  # arcs grouped by source, sources in topological order
     final_position = np.full(lattice.num_states, -1, dtype=np.int64)
     final_position[lattice.finals.cpu().numpy()] = np.arange(lattice.finals.shape[0])
-    finals = np.flatnonzero(final_position[state_orig_a] >= 0)
+    finals = np.flatnonzero(final_position[state_orig] >= 0)
     arc_orig = arc_orig[order]
 
     def tensor(values: np.ndarray) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(lattice.device)
 
     return Expansion(
-        lattice=lattice, rho=rho, state_orig=tensor(state_orig_a), state_history=tensor(np.concatenate(state_history)),
-        src=tensor(src[order]), dst=tensor((np.concatenate(dst_parts) if dst_parts else empty)[order]),
-        arc_orig=tensor(arc_orig), arc_lm_word=tensor(arc_word[arc_orig]), finals=tensor(finals),
-        final_orig=tensor(final_position[state_orig_a[finals]]))
+        lattice=lattice, rho=rho, state_orig=tensor(state_orig), state_history=tensor(state_history),
+        src=tensor(src[order]), dst=tensor(dst[order]), arc_orig=tensor(arc_orig),
+        arc_lm_word=tensor(arc_word[arc_orig]), finals=tensor(finals), final_orig=tensor(final_position[state_orig[finals]]))
