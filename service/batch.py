@@ -93,11 +93,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None = None,
                   shard: tuple[int, int] = (0, 1)) -> Iterator[Lattice]:
-    """Lattices of all inputs in order, only this shard's. An input that is a directory is an
-    ESPnet n-best directory (format ``auto`` or ``espnet-nbest``); its lists become lattices."""
+    """Lattices of all inputs in order, only this shard's (lattice ``i`` of the running index over
+    all inputs when ``i % n == shard index``; a Kaldi text archive's other lattices are skipped
+    before they are parsed). An input that is a directory is an ESPnet n-best directory (format
+    ``auto`` or ``espnet-nbest``); its lists become lattices."""
     from lattices.formats.nbest import nbest_to_lattice, read_espnet_nbest
 
-    index = 0
+    keep = ShardFilter(*shard)
     for spec_text in inputs:
         spec = InputSpec.parse(spec_text)
         if fmt == "espnet-nbest" or (spec.kind == "file" and Path(spec.target).is_dir()):
@@ -107,13 +109,22 @@ def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None
             if not lists:
                 raise ValueError(f"{spec.target}: no n-best list found (an ESPnet n-best directory holds "
                                  f"1best_recog/ ... Nbest_recog/ with text, score and scores files)")
-            lattices: Iterator[Lattice] = (nbest_to_lattice(n) for n in lists)
+            yield from (nbest_to_lattice(n) for n in lists if keep())
         else:
-            lattices = iter(read_lattices(spec.read(), fmt, symbols, source=spec.name))
-        for lattice in lattices:
-            if index % shard[1] == shard[0]:
-                yield lattice
-            index += 1
+            yield from read_lattices(spec.read(), fmt, symbols, source=spec.name, keep=keep)
+
+
+class ShardFilter:
+    """``keep()`` for the lattices of a job taken in order: True for the ``index``-th of every
+    ``count`` (the running index goes on across the job's inputs)."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index, self.count, self.seen = index, count, 0
+
+    def __call__(self) -> bool:
+        take = self.seen % self.count == self.index
+        self.seen += 1
+        return take
 
 
 def output_format(fmt: str, first: Lattice | None) -> str:

@@ -27,7 +27,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,15 +112,20 @@ def _looks_like_srilm(head: str) -> bool:
 
 
 def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] | None = None,
-                  source: str | None = None, key: str | None = None, deadline: float | None = None) -> list[Lattice]:
+                  source: str | None = None, key: str | None = None, deadline: float | None = None,
+                  keep: Callable[[], bool] | None = None) -> list[Lattice]:
     """Parse lattices of format ``fmt`` (one of :data:`READ_FORMATS` but ``"espnet-nbest"``, or ``"auto"``).
 
     ``symbols`` is the word symbol table (id -> word) for formats that store integer word ids
     (Kaldi ``.int`` archives, OpenFst, k2). ``key`` names a lattice in formats without keys
     (OpenFst, k2); it defaults to the source's file name. ``deadline`` (``time.monotonic()``
     seconds): the archive formats (Kaldi, JSON, n-best lists) check it between lattices and raise
-    :class:`~lattices.ops.DeadlineExceeded` once it has passed.
+    :class:`~lattices.ops.DeadlineExceeded` once it has passed. ``keep``: called once per lattice,
+    in order; only the lattices it says yes to are returned (a Kaldi text archive skips the others
+    before parsing them, other formats after).
     """
+    if keep is not None and not _skips_unparsed(data, fmt):
+        return [lattice for lattice in read_lattices(data, fmt, symbols, source, key, deadline) if keep()]
     data = maybe_gunzip(data, source)
     if fmt == "auto":
         fmt = guess_format(data)
@@ -132,7 +137,7 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
 
         if isinstance(data, bytes) and looks_like_kaldi_binary(data):
             return read_kaldi_binary(data, symbols, source, deadline)
-        return read_kaldi(_decode(data, source), symbols, source, deadline)
+        return read_kaldi(_decode(data, source), symbols, source, deadline, keep)
     if fmt == "htk":
         from lattices.formats.htk import read_htk
 
@@ -160,6 +165,18 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
                                  "1best_recog/, 2best_recog/...", source=source)
     raise LatticeFormatError(f"unknown format {fmt!r}; expected one of {', '.join(READ_FORMATS)} or auto",
                              source=source)
+
+
+def _skips_unparsed(data: bytes | str, fmt: str) -> bool:
+    """Whether :func:`read_lattices` can skip the lattices ``keep`` refuses before parsing them:
+    Kaldi text archives (decompressed ``data``)."""
+    data = maybe_gunzip(data)
+    kind = guess_format(data) if fmt == "auto" else fmt
+    if kind != "kaldi":
+        return False
+    from lattices.formats.kaldi_binary import looks_like_kaldi_binary
+
+    return not (isinstance(data, bytes) and looks_like_kaldi_binary(data))
 
 
 def nbest_lattices(lists: Sequence[NBestList], source: str | None, deadline: float | None = None) -> list[Lattice]:

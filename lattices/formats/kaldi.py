@@ -59,7 +59,7 @@ written by :mod:`lattices.formats.kaldi_binary` into the same lattices.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -84,15 +84,19 @@ Lines = list[tuple[int, list[str]]]
 
 
 def read_kaldi(text: str, symbols: Sequence[str] | None = None, source: str | None = None,
-               deadline: float | None = None) -> list[Lattice]:
+               deadline: float | None = None, keep: Callable[[], bool] | None = None) -> list[Lattice]:
     """Read a Kaldi text archive into lattices, in archive order (see the module docstring).
 
     ``symbols[i]`` is the word with id ``i`` (``symbols[0] == "<eps>"``); it is required when the
     words are integer ids. ``source`` (a file name) is named in errors. Raises
     :class:`LatticeFormatError` naming source, key, line and field for any malformed input, and
     :class:`~lattices.ops.DeadlineExceeded` between lattices once ``deadline`` has passed.
+    ``keep``: called once per lattice of the archive, in order, before its lines are parsed; the
+    lattices it says no to are skipped unparsed (a shard of a job parses its own share only).
     """
     blocks = _split_archive(text, source)
+    if keep is not None:
+        blocks = [block for block in blocks if keep()]
     parsed = []
     for key, key_line, lines in blocks:
         check_deadline(deadline)

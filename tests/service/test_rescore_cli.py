@@ -171,3 +171,17 @@ def test_workers_must_be_positive(capsys, model_dir, archive):
     with pytest.raises(SystemExit):
         main(["rescore", "--model", str(model_dir), str(archive), "--workers", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_a_shard_skips_the_other_shards_lattices_unparsed(tmp_path):
+    """A malformed lattice in another shard's share is never parsed (so never an error here);
+    the running index goes on across inputs."""
+    from service.batch import iter_lattices
+
+    broken = ARCHIVE.replace("utt2\n0 1 the 1,10,", "utt2\n0 1 the not-a-weight")
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text(broken)
+    second.write_text(ARCHIVE.replace("utt", "more"))
+    assert [lat.key for lat in iter_lattices([str(first), str(second)], "kaldi", shard=(0, 2))] == ["utt1", "more1"]
+    with pytest.raises(ValueError, match="utt2"):
+        list(iter_lattices([str(first), str(second)], "kaldi", shard=(1, 2)))
