@@ -411,7 +411,8 @@ def _header_lines(lattice: Lattice, num_nodes: int, num_links: int) -> list[str]
     for name in _SCALE_FIELDS:
         if name in lattice.meta and name not in names:
             header.append([name, _format_float(lattice.meta[name])])
-    lines = []
+    lines: list[str] = []
+    deferred: list[str] = []  # fields named "#..." before any written field: they go after N= L=
     for name, value in header:
         if name in _STRUCTURE or name == "base":
             continue
@@ -423,6 +424,13 @@ def _header_lines(lattice: Lattice, num_nodes: int, num_links: int) -> list[str]
             except ValueError:
                 same = False
             value = value if same else _format_float(lattice.meta[name])
-        lines.append(f"{name}={_format_value(str(value))}")
-    lines.append(f"N={num_nodes} L={num_links}")
+        field = f"{name}={_format_value(str(value))}"
+        if name.startswith("#"):  # at the start of a line it would be read back as a comment
+            if lines:
+                lines[-1] += " " + field  # after the field it followed
+            else:
+                deferred.append(field)
+            continue
+        lines.append(field)
+    lines.append(" ".join([f"N={num_nodes} L={num_links}", *deferred]))
     return lines

@@ -336,3 +336,11 @@ def test_fuzz_garbled_valid_slf(text: str, edits: list[tuple[str, int, str]]) ->
         assert err.line is None or err.line >= 1
         return
     assert_round_trip(lattice)
+
+
+def test_a_header_field_named_with_a_hash_survives_the_round_trip():
+    """``N=5 #L=4`` reads a field ``#L``; written on a line of its own it would come back as a
+    comment (found by the fuzz test)."""
+    lattice = read_htk(LINKS_SLF.replace("N=5", "N=5 #X=4", 1))
+    assert ["#X", "4"] in lattice.meta["header"]
+    assert_round_trip(lattice)
