@@ -121,7 +121,7 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
     (OpenFst, k2); it defaults to the source's file name. ``deadline`` (``time.monotonic()``
     seconds): the archive formats (Kaldi, JSON, n-best lists) check it between lattices and raise
     :class:`~lattices.ops.DeadlineExceeded` once it has passed. ``keep``: called once per lattice,
-    in order; only the lattices it says yes to are returned (a Kaldi text archive skips the others
+    in order; only the lattices it says yes to are returned (a Kaldi archive skips the others
     before parsing them, other formats after).
     """
     if keep is not None and not _skips_unparsed(data, fmt):
@@ -136,7 +136,7 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
         from lattices.formats.kaldi_binary import looks_like_kaldi_binary, read_kaldi_binary
 
         if isinstance(data, bytes) and looks_like_kaldi_binary(data):
-            return read_kaldi_binary(data, symbols, source, deadline)
+            return read_kaldi_binary(data, symbols, source, deadline, keep)
         return read_kaldi(_decode(data, source), symbols, source, deadline, keep)
     if fmt == "htk":
         from lattices.formats.htk import read_htk
@@ -169,14 +169,8 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
 
 def _skips_unparsed(data: bytes | str, fmt: str) -> bool:
     """Whether :func:`read_lattices` can skip the lattices ``keep`` refuses before parsing them:
-    Kaldi text archives (decompressed ``data``)."""
-    data = maybe_gunzip(data)
-    kind = guess_format(data) if fmt == "auto" else fmt
-    if kind != "kaldi":
-        return False
-    from lattices.formats.kaldi_binary import looks_like_kaldi_binary
-
-    return not (isinstance(data, bytes) and looks_like_kaldi_binary(data))
+    Kaldi archives, text and binary."""
+    return (guess_format(maybe_gunzip(data)) if fmt == "auto" else fmt) == "kaldi"
 
 
 def nbest_lattices(lists: Sequence[NBestList], source: str | None, deadline: float | None = None) -> list[Lattice]:

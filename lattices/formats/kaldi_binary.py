@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 
 import numpy as np
@@ -91,12 +91,14 @@ def looks_like_kaldi_binary(data: bytes) -> bool:
 
 
 def read_kaldi_binary(data: bytes, symbols: Sequence[str] | None = None, source: str | None = None,
-                      deadline: float | None = None) -> list[Lattice]:
+                      deadline: float | None = None, keep: Callable[[], bool] | None = None) -> list[Lattice]:
     """Read a binary Kaldi archive into lattices, in archive order (see the module docstring).
 
     ``symbols[i]`` is the word with id ``i`` (``words.txt``); it is required unless no lattice has
     an arc. ``source`` (a file name) is named in errors. Past ``deadline`` (checked between
-    lattices): :class:`~lattices.ops.DeadlineExceeded`.
+    lattices): :class:`~lattices.ops.DeadlineExceeded`. ``keep``: called once per lattice, in
+    order; the lattices it refuses are only walked (to find where the next one starts), not
+    decoded or checked.
     """
     reader = _Reader(bytes(data), checked_symbols(symbols, source), source)
     lattices: list[Lattice] = []
@@ -108,8 +110,10 @@ def read_kaldi_binary(data: bytes, symbols: Sequence[str] | None = None, source:
         if key in keys:
             raise reader.error(f"key {key!r} was already used at byte {keys[key]}", at, "key")
         keys[key] = at
-        lattice, pos = reader.fst(pos)
-        lattices.append(lattice)
+        take = keep is None or keep()
+        lattice, pos = reader.fst(pos, build=take)
+        if lattice is not None:
+            lattices.append(lattice)
         pos = _SPACE.match(reader.data, pos).end()
     if not any(lattice.num_arcs for lattice in lattices):  # as the text reader: no word field, so no word ids
         lattices = [lattice.replace(meta={**lattice.meta, "kaldi_word_ids": False}) for lattice in lattices]
@@ -186,8 +190,9 @@ class _Reader:
                              "key")
         return self.key_text, pos, fst
 
-    def fst(self, offset: int) -> tuple[Lattice, int]:
-        """The lattice of the FST at ``offset``, and the offset after the FST."""
+    def fst(self, offset: int, build: bool = True) -> tuple[Lattice | None, int]:
+        """The lattice of the FST at ``offset`` (None without ``build``: its structure is only
+        walked, to find its end), and the offset after the FST."""
         (magic,) = self.unpack(_I32, offset, "FST header")
         if magic != FST_MAGIC:
             raise self.error(f"not an OpenFst binary FST: magic number {magic}, expected {FST_MAGIC}", offset, "header")
@@ -213,7 +218,7 @@ class _Reader:
             raise self.error("the lattice has no states (an empty FST)", header + 24, "lattice")
         if not 0 <= start < num_states:
             raise self.error(f"start state {start} is not in 0..{num_states - 1}", header + 16, "start")
-        return self.states(offset, pos, compact, w, start, num_states)
+        return self.states(offset, pos, compact, w, start, num_states, build)
 
     def skip_symbol_table(self, pos: int) -> int:
         (magic,) = self.unpack(_I32, pos, "symbol table")
@@ -230,8 +235,8 @@ class _Reader:
             raise self.error("the data ends inside the symbol table", self.end, "table")
         return pos
 
-    def states(self, offset: int, pos: int, compact: bool, w: int, start: int, num_states: int
-               ) -> tuple[Lattice, int]:
+    def states(self, offset: int, pos: int, compact: bool, w: int, start: int, num_states: int, build: bool = True
+               ) -> tuple[Lattice | None, int]:
         """Walk the states (offsets only: a CompactLattice arc's size depends on its transition ids)."""
         data, end, unpack_i32, unpack_i64 = self.data, self.end, _I32.unpack_from, _I64.unpack_from
         weight = 2 * w + (4 if compact else 0)
@@ -262,6 +267,8 @@ class _Reader:
                     self.count(n, pos + n_at, end - pos - arc_bytes, 4, "number of transition ids")
                 append(pos)
                 pos += arc_bytes + 4 * n
+        if not build:
+            return None, pos
         counts_a, arcs = np.array(counts, dtype=np.int64), np.array(arc_at, dtype=np.int64)
         if not compact:  # one offset per arc, from the blocks
             arcs = np.repeat(arcs, counts_a) + arc_bytes * _ranks(counts_a)

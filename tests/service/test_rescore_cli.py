@@ -185,3 +185,21 @@ def test_a_shard_skips_the_other_shards_lattices_unparsed(tmp_path):
     assert [lat.key for lat in iter_lattices([str(first), str(second)], "kaldi", shard=(0, 2))] == ["utt1", "more1"]
     with pytest.raises(ValueError, match="utt2"):
         list(iter_lattices([str(first), str(second)], "kaldi", shard=(1, 2)))
+
+
+def test_a_shard_of_a_binary_archive_decodes_only_its_own_lattices(tmp_path):
+    """A lattice of another shard in a binary archive is walked, not decoded: a word id outside
+    the symbol table there is no error for this shard (it is for the shard that owns it)."""
+    from lattices.formats import read_lattices, write_lattices
+    from service.batch import iter_lattices
+
+    lattices = read_lattices(ARCHIVE, "kaldi")
+    table = lattices[0].symbols
+    data = write_lattices(lattices, "kaldi", binary=True)
+    short = table[: max(int(lattices[1].words.max()), 1)]  # utt2's last word is outside this table
+    assert int(lattices[1].words.max()) >= len(short) and int(lattices[0].words.max()) < len(short)
+    archive = tmp_path / "lat.ark"
+    archive.write_bytes(data)
+    assert [lat.key for lat in iter_lattices([f"ark:{archive}"], "kaldi", short, shard=(0, 2))] == ["utt1"]
+    with pytest.raises(ValueError, match="symbol table"):
+        list(iter_lattices([f"ark:{archive}"], "kaldi", short, shard=(1, 2)))
