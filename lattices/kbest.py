@@ -40,12 +40,12 @@ import heapq
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from lattices.ops import check_deadline
 from lattices.search import Dag
+from lattices.topology import arcs_by_state
 
 __all__ = ["DistinctKBest", "k_best_distinct", "search_distinct"]
 
@@ -193,9 +193,8 @@ class _OutArcs:
     """The arcs leaving each state, for the search: CPU arrays grouped by source state."""
 
     def __init__(self, dag: Dag, labels: Tensor, beta: Tensor) -> None:
-        src = dag.src.cpu().numpy()
-        order = np.argsort(src, kind="stable")
-        self.offsets = np.searchsorted(src[order], np.arange(dag.num_states + 1)).tolist()
+        order, starts = arcs_by_state(dag.num_states, dag.src.cpu().numpy())
+        self.offsets = starts.tolist()
         h = dag.score + beta[dag.dst]  # best score of a complete path from the arc's source through it
         dst = dag.dst.cpu().numpy()
         self.columns = (order, dst[order], dag.level.cpu().numpy()[dst[order]],

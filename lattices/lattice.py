@@ -53,7 +53,6 @@ import torch
 from torch import Tensor
 
 from lattices import topology
-from lattices.ops import segment_index
 
 EPSILON = "<eps>"
 
@@ -279,22 +278,14 @@ class Lattice:
     def arcs_leaving(self, states: Tensor) -> Tensor:
         """int64: ids of all arcs whose source is in ``states`` (grouped by state, in ``states`` order).
 
-        Costs the number of those arcs (and a binary search per state), not the lattice's size."""
-        return _arcs_leaving(self._sorted_src, self._arcs_by_src, states)
+        Costs the number of those arcs, not the lattice's size (:func:`lattices.topology.gather`)."""
+        order, starts = self._arcs_by_state
+        arcs = topology.gather(order, starts, states.cpu().numpy())
+        return torch.from_numpy(arcs).to(self.device)
 
     @cached_property
-    def _arcs_by_src(self) -> Tensor:
-        return torch.argsort(self.src, stable=True)
-
-    @cached_property
-    def _sorted_src(self) -> Tensor:
-        return self.src[self._arcs_by_src]
-
-    @cached_property
-    def out_degree(self) -> Tensor:
-        """int64 ``(S,)``: number of arcs leaving each state."""
-        return torch.zeros(self.num_states, dtype=torch.int64, device=self.device).index_add_(
-            0, self.src, torch.ones_like(self.src))
+    def _arcs_by_state(self) -> tuple[np.ndarray, np.ndarray]:
+        return topology.arcs_by_state(self.num_states, self.src.cpu().numpy())
 
     # ------------------------------------------------------------------ derived lattices
     def subset(self, keep_arcs: Tensor) -> Lattice:
@@ -335,19 +326,6 @@ class Lattice:
         acoustic[self.finals] = self.final_acoustic
         graph[self.finals] = self.final_graph
         return acoustic, graph
-
-
-def _arcs_leaving(sorted_src: Tensor, order: Tensor, states: Tensor) -> Tensor:
-    """Arc ids leaving ``states``, given arcs sorted by source (``order``, ``sorted_src``)."""
-    states = states.contiguous()
-    lo = torch.searchsorted(sorted_src, states)
-    hi = torch.searchsorted(sorted_src, states, right=True)
-    counts = hi - lo
-    owner = segment_index(counts)
-    if owner.numel() == 0:
-        return order[:0]
-    first = torch.cumsum(counts, 0) - counts
-    return order[lo[owner] + torch.arange(owner.shape[0], device=states.device) - first[owner]]
 
 
 def take_extra(values: Any, index: Tensor) -> Any:

@@ -24,15 +24,6 @@ def segment_index(counts: Tensor) -> Tensor:
     return torch.searchsorted(ends, torch.arange(total, device=counts.device), right=True)
 
 
-def group_by(key: Tensor) -> list[Tensor]:
-    """Indices grouped by ``key`` (ascending), one tensor per distinct key."""
-    if key.numel() == 0:
-        return []
-    order = torch.argsort(key, stable=True)
-    _, counts = torch.unique_consecutive(key[order], return_counts=True)
-    return list(torch.split(order, counts.tolist()))
-
-
 def _row_keys(rows: Any) -> Any:
     """A 64-bit hash of each row of an int64 ``(N, W)`` matrix (a torch tensor or a numpy array:
     the same operators on both; int64 arithmetic wraps around)."""

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from lattices.ops import check_deadline, segment_index
+from lattices.topology import level_order
 
 NEG_INF = -math.inf
 
@@ -67,12 +68,12 @@ class Dag:
     @cached_property
     def _by_dst_level(self) -> tuple[np.ndarray, list[int]]:
         """Arc ids sorted by the level of their destination, and each level's offsets (forward passes)."""
-        return _level_order(self._arrays[1], self.level.cpu().numpy())
+        return level_order(self._arrays[1], self.level.cpu().numpy())
 
     @cached_property
     def _by_src_level(self) -> tuple[np.ndarray, list[int]]:
         """Arc ids sorted by the level of their source, and each level's offsets (backward passes)."""
-        return _level_order(self._arrays[0], self.level.cpu().numpy())
+        return level_order(self._arrays[0], self.level.cpu().numpy())
 
     @cached_property
     def _into_level(self) -> _LevelArcs:
@@ -259,15 +260,6 @@ class _LevelArcs:
 
 #: the cached groupings of a Dag that depend on its graph only (kept by :meth:`Dag.with_scores`)
 _GRAPH_CACHES = ("_into_level", "_arrays", "_by_dst_level", "_by_src_level")
-
-
-def _level_order(end: np.ndarray, level: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Arc ids sorted by ``level[end]`` (stable: arc id order within a level) and the offsets of
-    each level's run (``L + 1`` ints)."""
-    key = level[end]
-    order = np.argsort(key, kind="stable")
-    bounds = np.flatnonzero(np.diff(key[order])) + 1
-    return order, [0, *bounds.tolist(), int(order.shape[0])]
 
 
 def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:

@@ -67,12 +67,20 @@ def reachable(num_states: int, seeds: np.ndarray, frm: np.ndarray, to: np.ndarra
     ``backward``, for arcs given reversed: ``frm = dst``, ``to = src``), one level at a time."""
     mark = np.zeros(num_states, dtype=bool)
     mark[seeds] = True
-    if frm.size == 0:
-        return mark
-    key = levels[frm]
-    order = np.argsort(-key if backward else key, kind="stable")
-    bounds = np.flatnonzero(np.diff(key[order])) + 1
-    for arcs in np.split(order, bounds):
+    order, offsets = level_order(frm, levels)
+    passes = range(len(offsets) - 2, -1, -1) if backward else range(len(offsets) - 1)
+    for i in passes:
+        arcs = order[offsets[i]:offsets[i + 1]]
         reached = arcs[mark[frm[arcs]]]
         mark[to[reached]] = True
     return mark
+
+
+def level_order(end: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Arc ids sorted by ``levels[end]`` (stable: arc id order within a level) and the offsets of
+    each level's run (``L + 1`` ints): the arcs of the ``i``-th level that has any are
+    ``order[offsets[i]:offsets[i + 1]]``."""
+    key = levels[end]
+    order = np.argsort(key, kind="stable")
+    bounds = np.flatnonzero(np.diff(key[order])) + 1
+    return order, [0, *bounds.tolist(), int(order.shape[0])]

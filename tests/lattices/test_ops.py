@@ -28,8 +28,6 @@ def test_unique_rows_falls_back_on_hash_collisions(monkeypatch):
     assert torch.equal(distinct[inverse], rows)
 
 
-def test_segment_index_and_group_by():
+def test_segment_index():
     assert ops.segment_index(torch.tensor([2, 0, 3])).tolist() == [0, 0, 2, 2, 2]
     assert ops.segment_index(torch.tensor([], dtype=torch.int64)).tolist() == []
-    groups = ops.group_by(torch.tensor([3, 1, 3, 2, 1]))
-    assert [g.tolist() for g in groups] == [[1, 4], [3], [0, 2]]
