@@ -124,11 +124,11 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
     in order; only the lattices it says yes to are returned (a Kaldi archive skips the others
     before parsing them, other formats after).
     """
-    if keep is not None and not _skips_unparsed(data, fmt):
-        return [lattice for lattice in read_lattices(data, fmt, symbols, source, key, deadline) if keep()]
     data = maybe_gunzip(data, source)
     if fmt == "auto":
         fmt = guess_format(data)
+    if keep is not None and fmt != "kaldi":  # only Kaldi archives skip lattices unparsed
+        return [lattice for lattice in read_lattices(data, fmt, symbols, source, key, deadline) if keep()]
     if key is None:
         key = Path(source).name.split(".")[0] if source else "lattice"
     if fmt == "kaldi":
@@ -165,12 +165,6 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
                                  "1best_recog/, 2best_recog/...", source=source)
     raise LatticeFormatError(f"unknown format {fmt!r}; expected one of {', '.join(READ_FORMATS)} or auto",
                              source=source)
-
-
-def _skips_unparsed(data: bytes | str, fmt: str) -> bool:
-    """Whether :func:`read_lattices` can skip the lattices ``keep`` refuses before parsing them:
-    Kaldi archives, text and binary."""
-    return (guess_format(maybe_gunzip(data)) if fmt == "auto" else fmt) == "kaldi"
 
 
 def nbest_lattices(lists: Sequence[NBestList], source: str | None, deadline: float | None = None) -> list[Lattice]:
