@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from lm.cells import RecurrentCell, make_cell
 from lm.config import ModelConfig
+from lm.output import low_precision_weight, picked_log_softmax
 
 #: Upper bound on logits held at once by :meth:`LanguageModel.score_contexts` (elements).
 DEFAULT_SCORE_ELEMENTS = 1 << 24
@@ -64,6 +65,8 @@ class LanguageModel(nn.Module, ABC):
             assert self.output_layer is not None  # the config rejects tied adaptive softmax
             self.output_layer.weight = self.embedding.weight
         self.register_buffer("logit_mask", torch.zeros(config.vocab_size), persistent=False)
+        #: bfloat16 copies of output-layer weights for ``bf16`` scoring: name -> (data_ptr, version, copy)
+        self._low_weights: dict[str, tuple[int, int, Tensor]] = {}
 
     @property
     def device(self) -> torch.device:
@@ -207,6 +210,7 @@ class LanguageModel(nn.Module, ABC):
         targets: Tensor,
         target_context: Tensor | None = None,
         max_elements: int = DEFAULT_SCORE_ELEMENTS,
+        precision: str = "fp32",
     ) -> Tensor:
         """Natural-log probabilities of next tokens after contexts; the rescoring entry point.
 
@@ -221,6 +225,9 @@ class LanguageModel(nn.Module, ABC):
             ``arange(N)`` (one target per context, ``M == N``).
           max_elements: contexts are processed in chunks whose logits hold at most this many
             numbers, so memory stays bounded for any N and vocabulary.
+          precision: the output layer's, ``fp32`` or ``bf16`` (a bfloat16 matmul for the
+            log-sum-exp, refined in float32 to within 1e-3 nats: :mod:`lm.output`); the
+            recurrence always runs in float32.
         Returns:
           float32 ``(M,)`` on the model's device.
         """
@@ -241,16 +248,33 @@ class LanguageModel(nn.Module, ABC):
             lo, hi = torch.searchsorted(sorted_context, torch.tensor([start, stop], device=device)).tolist()
             if lo == hi:
                 continue
-            features = self.context_features(contexts[start:stop], lengths[start:stop])
+            features = self.dropout(self.context_features(contexts[start:stop], lengths[start:stop]))
             picked = order[lo:hi]
             rows = target_context[picked] - start
             if self.adaptive is None:
-                result[picked] = self.log_probs(features)[rows, targets[picked]]
+                assert self.output_layer is not None
+                layer = self.output_layer
+                result[picked] = picked_log_softmax(features, layer.weight, layer.bias + self.logit_mask, rows,
+                                                    targets[picked], precision, self._low("output", layer.weight,
+                                                                                          precision))
             else:
-                result[picked] = self._adaptive_pick(features, rows, targets[picked], max_elements)
+                result[picked] = self._adaptive_pick(features, rows, targets[picked], max_elements, precision)
         return result
 
-    def _adaptive_pick(self, features: Tensor, rows: Tensor, targets: Tensor, max_elements: int) -> Tensor:
+    def _low(self, name: str, weight: Tensor, precision: str) -> Tensor | None:
+        """:func:`lm.output.low_precision_weight` of ``weight`` for ``bf16`` scoring (None for
+        ``fp32``), made once and kept until the weight changes (an optimizer step, ``.to``)."""
+        if precision != "bf16":
+            return None
+        key = (weight.data_ptr(), weight._version)
+        cached = self._low_weights.get(name)
+        if cached is None or cached[:2] != key:
+            cached = (*key, low_precision_weight(weight))
+            self._low_weights[name] = cached
+        return cached[2]
+
+    def _adaptive_pick(self, features: Tensor, rows: Tensor, targets: Tensor, max_elements: int,
+                       precision: str = "fp32") -> Tensor:
         """Adaptive-softmax log-probabilities of targets after contexts, each context's head and
         tail clusters computed once however many of its targets need them.
 
@@ -259,22 +283,30 @@ class LanguageModel(nn.Module, ABC):
         The same numbers as :meth:`target_log_probs` on ``features[rows]``, which would compute
         the head once per target: with several targets per context (a lattice's arcs leaving one
         history) that is several times the work. A tail cluster goes through as many contexts at
-        a time as fit ``max_elements``."""
+        a time as fit ``max_elements``. ``precision`` as in :meth:`score_contexts`."""
         assert self.adaptive is not None
-        head = self._adaptive_head(features)
-        shortlist = self.adaptive.shortlist_size
-        out = head[rows, targets.clamp(max=shortlist - 1)]
-        for i, (lo, hi) in enumerate(self._clusters()):
-            wanted = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
+        adaptive, shortlist = self.adaptive, self.adaptive.shortlist_size
+        clusters = self._clusters()
+        # a shortlist word is its own head entry; a tail word goes through its cluster's entry
+        cluster = torch.bucketize(targets, torch.tensor([lo for lo, _ in clusters], device=targets.device),
+                                  right=True) - 1
+        head_bias = adaptive.head.bias + F.pad(self.logit_mask[:shortlist], (0, adaptive.n_clusters))
+        out = picked_log_softmax(features, adaptive.head.weight, head_bias, rows,
+                                 torch.where(cluster < 0, targets, shortlist + cluster), precision,
+                                 self._low("head", adaptive.head.weight, precision))
+        for i, (lo, hi) in enumerate(clusters):
+            wanted = (cluster == i).nonzero().squeeze(1)
             if wanted.numel() == 0:
                 continue
             contexts, which = torch.unique(rows[wanted], return_inverse=True)
+            projection, layer = adaptive.tail[i][0], adaptive.tail[i][1]
             step = max(1, max_elements // (hi - lo))
             for first in range(0, contexts.numel(), step):
-                tail = self._adaptive_tail(i, features[contexts[first:first + step]], lo, hi)
                 inside = (which >= first) & (which < first + step)
                 part = wanted[inside]
-                out[part] = head[rows[part], shortlist + i] + tail[which[inside] - first, targets[part] - lo]
+                out[part] += picked_log_softmax(projection(features[contexts[first:first + step]]), layer.weight,
+                                                self.logit_mask[lo:hi], which[inside] - first, targets[part] - lo,
+                                                precision, self._low(f"tail{i}", layer.weight, precision))
         return out
 
     def _truncate(self, contexts: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -13,14 +13,20 @@ from torch import Tensor
 
 from lm.checkpoint import LoadedModel
 from lm.model import DEFAULT_SCORE_ELEMENTS
+from lm.output import resolve_score_precision
 
 
 class LMScorer:
-    """Scores (context, next word) pairs with a loaded model, in bounded-memory chunks."""
+    """Scores (context, next word) pairs with a loaded model, in bounded-memory chunks.
 
-    def __init__(self, loaded: LoadedModel, max_elements: int = DEFAULT_SCORE_ELEMENTS) -> None:
+    ``precision`` is the output layer's (:mod:`lm.output`): ``fp32``, ``bf16`` (a bfloat16 matmul
+    refined to within 1e-3 nats), or ``auto`` (bf16 on CUDA, fp32 elsewhere)."""
+
+    def __init__(self, loaded: LoadedModel, max_elements: int = DEFAULT_SCORE_ELEMENTS,
+                 precision: str = "auto") -> None:
         self.loaded = loaded
         self.max_elements = max_elements
+        self.precision = resolve_score_precision(precision, loaded.device)
         vocab = loaded.vocab
         self.context_size: int | None = loaded.config.context_size
         self.bos_id, self.eos_id, self.unk_id = vocab.bos_id, vocab.eos_id, vocab.unk_id
@@ -38,7 +44,7 @@ class LMScorer:
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         return self.loaded.model.score_contexts(contexts, lengths, targets, target_context,
-                                                max_elements=self.max_elements)
+                                                max_elements=self.max_elements, precision=self.precision)
 
 
 def sentence_pairs(sentence_ids: Sequence[Sequence[int]], bos_id: int, eos_id: int,

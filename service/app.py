@@ -173,7 +173,7 @@ def _load_runtime(settings: Settings, metrics: Metrics):
     if loaded.config.context_size is None:
         raise ValueError(f"{settings.model_dir}: an exact (unbounded) RNN cannot rescore lattices exactly; "
                          f"serve an AFP-rho or n-gram model")
-    scorer = BatchingScorer(LMScorer(loaded), enabled=settings.batching_on(loaded.device.type),
+    scorer = BatchingScorer(LMScorer(loaded, precision=settings.score_precision), enabled=settings.batching_on(loaded.device.type),
                             max_wait=settings.batch_max_wait_ms / 1000, max_pairs=settings.batch_max_pairs,
                             on_batch=metrics.on_batch)
     return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics)

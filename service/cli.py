@@ -57,6 +57,7 @@ _HELP = {
     "seed": "random seed", "device": "auto, cpu, cuda, cuda:N", "num_threads": "CPU threads",
     "max_train_sentences": "use only the first N training sentences",
     "precision": "fp32, bf16 (bfloat16 autocast in the training forward pass), or auto (bf16 where the device computes it natively: CUDA, AVX512-BF16/AMX CPUs)",
+    "tf32": "TF32 tensor-core matmuls in CUDA training steps (default on; validation and scoring stay float32)",
     "checkpoint_every_steps": "also save the resume state every N optimizer steps, not only at epoch ends",
     "checkpoint_every_minutes": "also save the resume state every M minutes",
     "max_steps": "stop after N optimizer steps in all, with a resume state (continue with --resume)",
@@ -183,7 +184,6 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
-    from lm.scorer import LMScorer
     from service.batch import Failure, default_shard, iter_lattices, parse_shard, rescore_all
     from service.outputs import JobOutputs, OutputOptions
 
@@ -196,7 +196,7 @@ def cmd_rescore(args: argparse.Namespace) -> None:
                          input_format=args.format, lm_weights=options.lm_weights, symbols=symbols,
                          rank=None if shard[1] == 1 or args.shard else shard[0])
     loaded = _load(args.model, args.device)
-    scorer = LMScorer(loaded)
+    scorer = _scorer(loaded, args)
     old_lm = _old_lm(args.old_lm)
     failed = 0
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
@@ -215,7 +215,6 @@ def cmd_rescore(args: argparse.Namespace) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
-    from lm.scorer import LMScorer
     from service.batch import iter_lattices
     from service.tune import Grid, Tuner, plot, tune
     from service.wer import read_references
@@ -229,7 +228,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
     refs = read_references(args.refs)
     loaded = _load(args.model, args.device)
     options = _rescore_options(args)
-    tuner = Tuner(LMScorer(loaded), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
+    tuner = Tuner(_scorer(loaded, args), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
                   mbr=args.mbr)
     tuner.add(iter_lattices(args.inputs, args.format, symbols), progress=sys.stderr.isatty())
     report = tune(tuner, grid, mbr=args.mbr)
@@ -299,12 +298,11 @@ def _old_lm(path: str | None):
 
 
 def cmd_rescore_cuts(args: argparse.Namespace) -> None:
-    from lm.scorer import LMScorer
     from service.cuts import rescore_cuts
 
     symbols = _read_symbols(args.words) if args.words else None
     loaded = _load(args.model, args.device)
-    summary = rescore_cuts(args.cuts, args.out, LMScorer(loaded), _rescore_options(args), symbols,
+    summary = rescore_cuts(args.cuts, args.out, _scorer(loaded, args), _rescore_options(args), symbols,
                            device=loaded.device.type)
     print(json.dumps(summary))
 
@@ -317,7 +315,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     overrides = {name: value for name, value in (
         ("model_dir", args.model), ("host", args.host), ("port", args.port), ("device", args.device),
-        ("workers", args.workers), ("batching", args.batching)) if value is not None}
+        ("score_precision", args.score_precision), ("workers", args.workers), ("batching", args.batching)) if value is not None}
     try:
         settings = Settings(**overrides)
     except Exception as err:  # pydantic's ValidationError: report it as a usage error
@@ -341,9 +339,24 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
         mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale)
 
 
+def _add_score_precision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--score-precision", choices=["auto", "fp32", "bf16"],
+                   help="output layer of LM scoring: fp32, bf16 (a bfloat16 matmul refined to within 1e-3 nats "
+                        "of fp32; fast on GPUs), or auto: bf16 on CUDA, fp32 on CPU (default: auto"
+                        "; for serve: $AFP_SCORE_PRECISION, else auto)")
+
+
+def _scorer(loaded, args: argparse.Namespace):
+    """The context scorer of a CLI job: ``loaded`` with ``--score-precision``."""
+    from lm.scorer import LMScorer
+
+    return LMScorer(loaded, precision=args.score_precision or "auto")
+
+
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     """Options of both ``rescore`` and ``tune`` (the score combination is in lattices/scored.py)."""
     p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
+    _add_score_precision(p)
     p.add_argument("--acoustic-scale", type=float, help="weight of a score named acoustic; default: 1/lmscale "
                                                         "from the header, else 0.1")
     p.add_argument("--score-weights", metavar="NAME=W,...",
@@ -543,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="listen address (default: $AFP_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: $AFP_PORT or 8000)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: $AFP_DEVICE or auto)")
+    _add_score_precision(p)
     p.add_argument("--workers", type=int, help="worker threads for request work")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
                    help="merge concurrent requests' scoring (default: $AFP_BATCHING, else on for CUDA, off on CPU)")

@@ -72,7 +72,7 @@ class Runtime:
         name = self.settings.model_name or (self.loaded.path.name if self.loaded.path else info["name"])
         return {"name": name, **{k: info[k] for k in ("cell", "layers", "hidden", "rho", "context_size",
                                                        "vocab_size", "parameters", "device")},
-                "batching": self.scorer.enabled}
+                "score_precision": self.scorer.inner.precision, "batching": self.scorer.enabled}
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait for running work (a timed-out request stops at its deadline), then stop the batcher."""

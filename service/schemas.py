@@ -136,6 +136,7 @@ class ModelInfo(BaseModel):
     vocab_size: int
     parameters: int
     device: str
+    score_precision: str = Field(description="output layer of scoring: fp32 or bf16 (lm/output.py)")
     batching: bool
 
 

@@ -4,6 +4,8 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
 
   AFP_MODEL_DIR            model directory (default: the bundled default model)
   AFP_DEVICE               auto | cpu | cuda | cuda:N
+  AFP_SCORE_PRECISION      output layer of scoring: fp32, bf16 (refined to within 1e-3 nats of
+                           fp32), or auto (default: bf16 on CUDA, fp32 on CPU); lm/output.py
   AFP_HOST, AFP_PORT       where ``afp serve`` listens
   AFP_MAX_BODY_BYTES       largest request body (413 above)
   AFP_MAX_JSON_DEPTH       deepest nesting of [ and { in a JSON body (422 above)
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,6 +44,7 @@ class Settings(BaseSettings):
     model_dir: Path = Field(default_factory=default_model_dir)
     model_name: str | None = None
     device: str = "auto"
+    score_precision: Literal["auto", "fp32", "bf16"] = "auto"
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
 

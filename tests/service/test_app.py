@@ -58,6 +58,7 @@ def test_health_ready_models(client):
     (info,) = client.get("/v1/models").json()["models"]
     assert info["rho"] == 2 and info["cell"] == "lstm" and info["vocab_size"] == tiny_vocab().size
     assert info["device"] == "cpu" and info["batching"] is True
+    assert info["score_precision"] == "fp32"  # auto: bf16 only on CUDA
 
 
 @pytest.mark.parametrize(("setting", "cpu", "cuda"), [(None, False, True), (True, True, True), (False, False, False)])

@@ -75,6 +75,19 @@ def test_lm_logprob_is_what_afp_score_gives(capsys, tmp_path, model_dir, archive
         assert hyp["lm_logprob"] == pytest.approx(row["logprob"], abs=1e-4)
 
 
+def test_bf16_score_precision_stays_within_a_thousandth_of_a_nat(capsys, model_dir, archive):
+    common = ["rescore", "--model", str(model_dir), str(archive), "--json", "--nbest", "2"]
+    fp32, _ = run(capsys, common)
+    bf16, _ = run(capsys, [*common, "--score-precision", "bf16"])
+    for a, b in zip(fp32, bf16):
+        assert [h["words"] for h in a["nbest"]] == [h["words"] for h in b["nbest"]]
+        for x, y in zip(a["nbest"], b["nbest"]):
+            assert y["lm_logprob"] == pytest.approx(x["lm_logprob"], abs=4 * 1e-3)  # 4 words, 1e-3 each
+    with pytest.raises(SystemExit):
+        main([*common, "--score-precision", "fp16"])
+    assert "--score-precision: invalid choice: 'fp16'" in capsys.readouterr().err
+
+
 def test_plain_output_shards_and_several_lm_weights(capsys, model_dir, archive):
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(archive)])
     assert captured.out.splitlines()[1] == "utt2 the dog ran"

@@ -1,0 +1,115 @@
+"""bf16 output layer of scoring: within 1e-3 nats of float32 (lm/output.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lm.checkpoint import load_checkpoint
+from lm.corpus import load_corpus
+from lm.output import picked_log_softmax, resolve_score_precision
+from lm.scorer import LMScorer, sentence_pairs
+from tests.factories import DEVICES, make_model, random_sentences, tiny_vocab
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+TOLERANCE = 1e-3  # nats
+#: each bundled model with a validation text of its domain under ../shared/data
+BUNDLED = {"conversational": "switchboard/valid.txt", "librispeech": "books/valid.txt", "ptb": "ptb/ptb.valid.txt",
+           "conversational-text": "conversational-text/valid.txt"}
+
+
+def peaked_layer(device: str, vocab: int = 4000, width: int = 64, rows: int = 200, seed: int = 0):
+    """Features and a float32 output layer whose logits reach ~20 with a dominant word per row, as
+    a trained LM's do: where rounding logits to bfloat16 costs the most."""
+    g = torch.Generator().manual_seed(seed)
+    features = torch.tanh(torch.randn(rows, width, generator=g) * 2)
+    weight = torch.randn(vocab, width, generator=g) * 0.6
+    bias = torch.randn(vocab, generator=g) * 2
+    bias[:3] = float("-inf")  # blocked ids
+    return features.to(device), weight.to(device), bias.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp32_picks_the_log_softmax(device):
+    features, weight, bias = peaked_layer(device)
+    rows = torch.arange(200, device=device).repeat_interleave(3)
+    cols = torch.randint(0, 4000, (600,), device=device)
+    cols[:5] = torch.tensor([0, 1, 2, 3, 4])
+    expected = F.linear(features, weight, bias).log_softmax(dim=1)[rows, cols]
+    got = picked_log_softmax(features, weight, bias, rows, cols, "fp32")
+    assert torch.isneginf(got[:3]).all() and torch.isfinite(got[3:]).all()
+    assert torch.allclose(got[3:], expected[3:], atol=2e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bf16_is_within_a_thousandth_of_a_nat_where_plain_bf16_is_not(device):
+    features, weight, bias = peaked_layer(device)
+    logits = F.linear(features, weight, bias)
+    assert logits.max() > 15  # the layer is as peaked as it should be
+    rows = torch.arange(200, device=device).repeat_interleave(20)
+    cols = torch.cat([logits.topk(10, dim=1).indices, torch.randint(3, 4000, (200, 10), device=device)], 1).flatten()
+    reference = picked_log_softmax(features, weight, bias, rows, cols, "fp32")
+    got = picked_log_softmax(features, weight, bias, rows, cols, "bf16")
+    assert got.dtype == torch.float32
+    assert (got - reference).abs().max() < TOLERANCE
+    plain = (F.linear(features.bfloat16(), weight.bfloat16()).float() + bias).log_softmax(dim=1)[rows, cols]
+    assert (plain - reference).abs().max() > 10 * TOLERANCE  # what the refinement removes
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("softmax", ["full", "adaptive"])
+def test_bf16_context_scoring_matches_fp32(device, softmax):
+    vocab = tiny_vocab()
+    fields = {"softmax": "adaptive", "cutoffs": (5, 10), "div_value": 2.0} if softmax == "adaptive" else {}
+    model = make_model(vocab, cell="gru", mode="afp", rho=3, hidden=32, init_range=1.0, device=device, **fields)
+    sentences = random_sentences(30, seed=4)
+    contexts, lengths, targets, target_context, _ = sentence_pairs(
+        [vocab.encode(s) for s in sentences], vocab.bos_id, vocab.eos_id, 3)
+    targets[:2] = vocab.bos_id  # blocked: -inf in both
+    fp32 = model.score_contexts(contexts, lengths, targets, target_context)
+    bf16 = model.score_contexts(contexts, lengths, targets, target_context, precision="bf16", max_elements=64)
+    assert torch.isneginf(bf16[:2]).all() and torch.isneginf(fp32[:2]).all()
+    assert (bf16[2:] - fp32[2:]).abs().max() < TOLERANCE
+
+
+def test_the_cached_bf16_weights_follow_the_model():
+    vocab = tiny_vocab()
+    model = make_model(vocab, cell="gru", mode="afp", rho=2, hidden=16)
+    contexts, lengths, targets, target_context, _ = sentence_pairs(
+        [vocab.encode(s) for s in random_sentences(10, seed=1)], vocab.bos_id, vocab.eos_id, 2)
+    first = model.score_contexts(contexts, lengths, targets, target_context, precision="bf16")
+    with torch.no_grad():
+        model.output_layer.weight.mul_(3.0)  # as an optimizer step would change it
+    fp32 = model.score_contexts(contexts, lengths, targets, target_context)
+    bf16 = model.score_contexts(contexts, lengths, targets, target_context, precision="bf16")
+    assert (bf16 - first).abs().max() > 0.1
+    assert (bf16 - fp32).abs().max() < TOLERANCE
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_bundled_models_score_real_text_in_bf16_within_a_thousandth_of_a_nat(name, device):
+    path = SHARED / BUNDLED[name]
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    loaded = load_checkpoint(REPO / "models" / name, device=device)
+    vocab = loaded.vocab
+    sentences = load_corpus(path)[:120]
+    contexts, lengths, targets, target_context, _ = sentence_pairs(
+        [vocab.encode(s) for s in sentences], vocab.bos_id, vocab.eos_id, loaded.config.context_size)
+    fp32 = LMScorer(loaded, precision="fp32").score(contexts, lengths, targets, target_context)
+    bf16 = LMScorer(loaded, precision="bf16").score(contexts, lengths, targets, target_context)
+    assert (bf16 - fp32).abs().max() < TOLERANCE
+
+
+def test_auto_precision_is_bf16_on_cuda_only():
+    assert resolve_score_precision("auto", "cpu") == "fp32"
+    assert resolve_score_precision("auto", torch.device("cuda", 0)) == "bf16"
+    assert resolve_score_precision("fp32", "cuda") == "fp32"
+    assert resolve_score_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(ValueError, match="score precision must be one of"):
+        resolve_score_precision("fp16", "cpu")
