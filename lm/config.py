@@ -210,7 +210,10 @@ class TrainConfig(_JsonConfig):
     CPU with AVX512-BF16/AMX (``bench.epoch_timing --precision fp32 bf16``); the output-layer
     matmul dominates, so GPUs should gain as well. A CPU without native bfloat16 (AVX2 only)
     emulates it and trains an order of magnitude slower: ``auto`` picks bf16 on CUDA and on CPUs with
-    AVX512-BF16 or AMX, else fp32 (:func:`lm.train.resolve_precision`).
+    AVX512-BF16 or AMX, else fp32 (:func:`lm.train.resolve_precision`). ``tf32`` lets the float32
+    matmuls of CUDA training steps run on TF32 tensor cores (10-bit mantissa inputs, float32
+    accumulation: the rounding is far below the noise of SGD); validation, ``afp ppl`` and
+    rescoring always compute in IEEE float32. No effect on a CPU.
 
     Interruption: ``checkpoint_every_steps`` and/or ``checkpoint_every_minutes`` also write the
     resume state (:mod:`lm.resume`) within an epoch, after every that many optimizer steps or
@@ -218,7 +221,7 @@ class TrainConfig(_JsonConfig):
     steps in total, with a resume state to continue from. A resumed run continues exactly where
     the saved one stopped, mid-epoch included. These three, ``eval_max_elements`` (the bound on
     the logits validation holds at once, :func:`lm.evaluate.score_corpus`) and ``epochs`` may
-    change between the sessions of one run.
+    change between the sessions of one run, and so may ``tf32``.
     """
 
     train: str | None = None
@@ -241,6 +244,7 @@ class TrainConfig(_JsonConfig):
     num_threads: int | None = None
     max_train_sentences: int | None = None
     precision: str = "fp32"
+    tf32: bool = True
     checkpoint_every_steps: int | None = None
     checkpoint_every_minutes: float | None = None
     max_steps: int | None = None

@@ -57,7 +57,7 @@ STATE = "state.json"
 OPTIMIZER = "optimizer.safetensors"
 #: training options that may change between the sessions of one run without changing its numbers
 FREE_OPTIONS = ("epochs", "num_threads", "device", "checkpoint_every_steps", "checkpoint_every_minutes", "max_steps",
-                "eval_max_elements")
+                "eval_max_elements", "tf32")
 
 #: one process's random generators: {"cpu": uint8 tensor, "cuda": [uint8 tensor per device],
 #: "python": random.getstate() as lists, "numpy": numpy.random.get_state() as lists}

@@ -23,7 +23,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,22 @@ def native_bf16(device: torch.device) -> bool:
         return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
 
 
+@contextmanager
+def tf32_matmuls(enabled: bool) -> Iterator[None]:
+    """Within the block, float32 CUDA matmuls may use TF32 tensor cores (PyTorch's
+    ``torch.backends.cuda.matmul.fp32_precision``, restored afterwards); nothing when not enabled."""
+    if not enabled:
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``auto`` is ``bf16`` where :func:`native_bf16`, else ``fp32``; others stay as they are."""
     if precision != "auto":
@@ -186,8 +203,10 @@ def train(
             break
         for group in optimizer.param_groups:
             group["lr"] = state.lr
-        if not _train_epoch(trainer, model, optimizer, data.train, cfg, epoch, state, rank, world, device,
-                            precision, progress, checkpoints, save):
+        with tf32_matmuls(cfg.tf32 and device.type == "cuda"):
+            finished = _train_epoch(trainer, model, optimizer, data.train, cfg, epoch, state, rank, world, device,
+                                    precision, progress, checkpoints, save)
+        if not finished:
             save()  # max_steps reached within the epoch
             break
         valid_ppl = _validate(model, data.valid, rank, world, cfg)
@@ -198,6 +217,7 @@ def train(
             "valid_ppl": valid_ppl, "lr": state.lr, "seconds": seconds,
             "train_tokens": token_count, "tokens_per_second": token_count / seconds, "best": improved,
             "world_size": world, "device": str(device), "precision": precision,
+            "tf32": cfg.tf32 and device.type == "cuda",
         }
         if improved:
             state.best_valid_ppl = valid_ppl

@@ -157,3 +157,32 @@ def test_native_bf16_reads_the_cpu_flags():
     if flags:
         assert native_bf16(torch.device("cpu")) is expected
     assert native_bf16(torch.device("meta")) is False
+
+
+def test_tf32_is_on_only_inside_cuda_training_steps(tmp_path, corpus, monkeypatch):
+    import lm.train as train_module
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    with train_module.tf32_matmuls(True):
+        assert matmul.fp32_precision == "tf32"
+    assert matmul.fp32_precision == before
+    with train_module.tf32_matmuls(False):
+        assert matmul.fp32_precision == before
+    seen = []
+    real_step = train_module.train_step
+    monkeypatch.setattr(train_module, "train_step", lambda *a, **k: (seen.append(matmul.fp32_precision),
+                                                                     real_step(*a, **k))[1])
+    run = train({"mode": "afp", "rho": 2, "hidden": 12}, config(corpus).replace(epochs=1), tmp_path / "run",
+                progress=False)
+    assert seen and set(seen) == {before}  # a CPU run leaves float32 matmuls alone
+    assert [m["tf32"] for m in run.metrics] == [False]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_tf32_training_on_cuda_stays_within_tolerance_of_ieee_float32(tmp_path, corpus):
+    fields = {"mode": "afp", "rho": 2, "hidden": 64}
+    ieee = train(fields, config(corpus, device="cuda", tf32=False), tmp_path / "ieee", progress=False)
+    tf32 = train(fields, config(corpus, device="cuda", tf32=True), tmp_path / "tf32", progress=False)
+    assert [m["tf32"] for m in tf32.metrics] == [True] * 3
+    assert [m["valid_ppl"] for m in tf32.metrics] == pytest.approx([m["valid_ppl"] for m in ieee.metrics], rel=0.02)
