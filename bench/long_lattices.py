@@ -81,11 +81,15 @@ def frames_text(levels: int, words: list[str]) -> str:
     return "\n".join([*lines, f"{levels} 0,0", "", ""])
 
 
-def run_child(tree: Path, lattice_file: Path, model: Path, threads: int) -> dict[str, Any]:
-    """The child's report, run with the packages of ``tree``."""
+def run_child(tree: Path, code: str, *argv: Any, timeout: float | None = None) -> dict[str, Any]:
+    """The last JSON line that ``python -c code argv...`` prints, run with the packages of ``tree``
+    (cwd and PYTHONPATH); ``{"timed_out": seconds}`` when it runs past ``timeout``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(lattice_file), str(model), str(threads)], env=env,
-                         capture_output=True, text=True, cwd=tree)
+    try:
+        out = subprocess.run([sys.executable, "-c", code, *map(str, argv)], env=env, capture_output=True, text=True,
+                             cwd=tree, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"timed_out": timeout}
     if out.returncode != 0:
         raise RuntimeError(f"child failed in {tree}:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -129,9 +133,9 @@ def main() -> None:
                 path = Path(tmp) / f"{name}.txt"
                 path.write_text(text, encoding="utf-8")
                 row: dict[str, Any] = {"case": name, "text_mb": len(text) / 1e6,
-                                       "current": run_child(REPO_ROOT, path, args.model, args.threads)}
+                                       "current": run_child(REPO_ROOT, CHILD, path, args.model, args.threads)}
                 if base is not None and levels <= args.baseline_max_levels:
-                    row["baseline"] = run_child(base, path, args.model, args.threads)
+                    row["baseline"] = run_child(base, CHILD, path, args.model, args.threads)
                     row["speedup"] = row["baseline"]["total_s"] / row["current"]["total_s"]
                     row["memory_ratio"] = row["baseline"]["peak_rss_mb"] / row["current"]["peak_rss_mb"]
                 rows.append(row)

@@ -299,6 +299,61 @@ def train_scale(results: Path) -> list[str]:
                         rows)]
 
 
+def hard_inputs(results: Path) -> list[str]:
+    """``hard_inputs.json``: time of the inputs that took the engine out of its budget, against
+    the baseline commit's code; nothing when absent."""
+    data = _load(results / "hard_inputs.json")
+    if not data:
+        return []
+    rows = []
+    for row in data["rows"]:
+        now, base = row["current"], row.get("baseline", {})
+        base_cell = (f"stopped after {base['timed_out']:g} s" if "timed_out" in base
+                     else base.get("total_s", "-"))
+        rows.append([row["case"], now["lattices"], f"{now['symbols']:,}" if now.get("symbols") else "-",
+                     now["total_s"], now["per_lattice_s"], now["peak_rss_mb"], base_cell,
+                     _ratio_cell(row.get("speedup")), base.get("peak_rss_mb", "-"),
+                     {True: "yes", False: "no"}.get(row.get("same_best"), "-")
+                     + (f" ({row['ties']} of equal score)" if row.get("ties") else "")])
+    env = data.get("environment", {})
+    return ["## Inputs that took the engine out of its budget (`python -m bench.hard_inputs`)", "",
+            f"`{data['command']}`: CPU, {data['threads']} torch thread per case, torch {env.get('torch', '?')}; "
+            f"model `{data['model']}`; every case in a fresh process, parse and rescore; the baseline is the code "
+            f"of `{data['baseline_ref']}` (main before this work).", "",
+            *_table(["case", "lattices", "symbols", "total s", "s per lattice", "peak RSS MB", "baseline total s",
+                     "speed-up", "baseline peak RSS MB", "same best paths"], rows)]
+
+
+def merged_rescoring(results: Path) -> list[str]:
+    """``merged_rescoring_<device>.json``: lattices/s and contexts/s, one model call per lattice
+    against merged calls, per set and output-layer precision; nothing when absent."""
+    lines = ["## Rescoring every real lattice: one model call per lattice against merged calls "
+             "(`python -m bench.merged_rescoring`)", ""]
+    for device, data in _device_files(results, "merged_rescoring"):
+        rows = []
+        for name, entry in data["sets"].items():
+            for precision, modes in entry["precisions"].items():
+                for mode, run in modes.items():
+                    if not isinstance(run, dict) or "lattices_per_s" not in run:
+                        continue
+                    rows.append([name, entry["lattices"], precision, mode.replace("_", " "), run["model_calls"],
+                                 round(run["lattices_per_s"], 1), round(run["contexts_per_s"]),
+                                 _ratio_cell(run.get("speed_over_per_lattice")),
+                                 {True: "yes", False: "no"}.get(run.get("same_best_words"), "-"),
+                                 f"{run['max_abs_lm_logprob_diff']:.1e}" if "max_abs_lm_logprob_diff" in run else "-"])
+                for other, cmp in modes.items():
+                    if other.startswith("vs_"):
+                        rows.append([name, entry["lattices"], precision, f"per lattice {other.replace('_', ' ')}", "-",
+                                     "-", "-", _ratio_cell(cmp["speed_ratio_per_lattice"]),
+                                     "yes" if cmp["same_best_words"] else "no", f"{cmp['max_abs_lm_logprob_diff']:.1e}"])
+        lines += [f"### {device}: {_where(data)}; merged calls of up to {data['args']['batch_pairs']:,} pairs; the "
+                  "best path's words and LM log-probability compared lattice by lattice with one call per lattice "
+                  "(float32) or, for `vs fp32` rows, with the float32 output layer", "",
+                  *_table(["set", "lattices", "output layer", "mode", "model calls", "lattices/s", "contexts/s",
+                           "x per lattice", "same best words", "max abs LM diff"], rows)]
+    return lines if len(lines) > 2 else []
+
+
 def long_lattices(results: Path) -> list[str]:
     """``long_lattices.json``: parse and rescore time and peak memory per case, against the
     baseline commit's code where it ran; nothing when absent."""
@@ -321,7 +376,7 @@ def long_lattices(results: Path) -> list[str]:
 
 
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale, rescoring,
-                                 long_lattices, load, wer, conversational)
+                                 long_lattices, hard_inputs, merged_rescoring, load, wer, conversational)
 
 
 def render(results: Path = RESULTS) -> str:

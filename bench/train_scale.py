@@ -1,7 +1,9 @@
 """Training at scale: peak memory and tokens/s of ``afp train --data`` (memory-mapped shards)
 against ``afp train --train FILE`` (the whole corpus in Python lists and one tensor per sentence).
 
-  python -m bench.train_scale                                  # 100M words, legacy at 10M (hours; by hand only)
+  python -m bench.train_scale --legacy-words 100   # bench/results/train_scale.json: both at 100M words
+                                                   # (the legacy load peaks at ~13 GB; ~10 min on 2 cores)
+  python -m bench.train_scale                      # 100M words, legacy at 10M (machines with less memory)
   python -m bench.train_scale --words 0.2 --legacy-words 0.1 --batches 5   # a check that it runs
 
 Steps, each in a child process whose peak RSS is taken from ``os.wait4`` (``ru_maxrss``) and

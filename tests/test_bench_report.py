@@ -146,7 +146,30 @@ def test_throughput_scale_and_long_lattice_sections_appear_once_their_json_exist
         "rows": [{"case": "chain-20000", "current": now, "baseline": {**now, "total_s": 25.0, "peak_rss_mb": 900.0},
                   "speedup": 10.0, "memory_ratio": 3.0},
                  {"case": "chain-100000", "current": {**now, "arcs": 100_000}}]})
+    child = {"lattices": 10, "symbols": 200_000, "total_s": 1.5, "per_lattice_s": 0.15, "peak_rss_mb": 250.0}
+    _write(tmp_path / "hard_inputs.json", {
+        "command": "python -m bench.hard_inputs", "model": "models/conversational", "baseline_ref": "e5a0aad",
+        "threads": 1, "environment": {"torch": "2.x"},
+        "rows": [{"case": "symbols-200k", "current": child, "baseline": {**child, "total_s": 9.0},
+                  "speedup": 6.0, "same_best": True},
+                 {"case": "kbest-same-words", "current": {**child, "lattices": 1, "symbols": None},
+                  "baseline": {"timed_out": 600.0}}]})
+    run = {"model_calls": 12, "lattices_per_s": 80.0, "contexts_per_s": 8000.0}
+    _write(tmp_path / "merged_rescoring_cuda.json", {
+        "environment": {"gpu": "NVIDIA H100", "torch": "2.x"}, "args": {"batch_pairs": 262_144},
+        "sets": {"dev_clean": {"lattices": 2703, "precisions": {
+            "fp32": {"per_lattice": {**run, "model_calls": 2703},
+                     "merged_8": {**run, "lattices_per_s": 400.0, "speed_over_per_lattice": 5.0,
+                                  "same_best_words": True, "max_abs_lm_logprob_diff": 2e-6}},
+            "bf16": {"per_lattice": run, "vs_fp32": {"same_best_words": False, "max_abs_lm_logprob_diff": 4e-4,
+                                                     "speed_ratio_per_lattice": 1.5}}}}}})
     text = render(tmp_path)
+    assert "| symbols-200k | 10 | 200,000 | 1.50 | 0.15 | 250.00 | 9.00 | 6.00 | 250.00 | yes |" in text
+    assert "| kbest-same-words | 1 | - | 1.50 | 0.15 | 250.00 | stopped after 600 s | - | - | - |" in text
+    assert "### cuda: NVIDIA H100, torch 2.x; merged calls of up to 262,144 pairs" in text
+    assert "| dev_clean | 2703 | fp32 | per lattice | 2703 | 80.00 | 8000 | - | - | - |" in text
+    assert "| dev_clean | 2703 | fp32 | merged 8 | 12 | 400.00 | 8000 | 5.00 | yes | 2.0e-06 |" in text
+    assert "| dev_clean | 2703 | bf16 | per lattice vs fp32 | - | - | - | 1.50 | no | 4.0e-04 |" in text
     assert "### cuda: NVIDIA H100, torch 2.x; GRU 256, batch 32 x 35 tokens, bf16" in text
     assert "| V | mode | softmax | tokens/s | x exact full (tokens/s) | peak CUDA MiB | peak RSS MiB |" in text
     assert "| 200,000 | exact (BPTT) | full | 4000 | 1.00 | 2048.00 | 500.00 |" in text
