@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.long_lattices import REPO_ROOT, baseline_tree, model_words, run_child
+from bench.long_lattices import REPO_ROOT, baseline_tree, model_words, run_child, write_report
 
 DEFAULT_MODEL = REPO_ROOT / "models" / "conversational"
 DEFAULT_BASELINE = "e5a0aad"
@@ -111,6 +110,16 @@ def cases(work: Path, model: Path, threads: int) -> list[tuple[str, dict[str, An
     return [(name, {**case, "model": str(model), "threads": threads}) for name, case in found]
 
 
+def compare(baseline: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """Speed-up, and whether both found best paths of the same score (where two paths tie, e.g. on
+    two words the model maps to ``<unk>`` alike, either may be returned: ``ties`` counts those)."""
+    pairs = list(zip(baseline["best"], current["best"], baseline["score"], current["score"]))
+    return {"speedup": baseline["total_s"] / current["total_s"],
+            "same_best": all(a == b or abs(x - y) < 1e-4 for a, b, x, y in pairs),
+            "ties": sum(a != b for a, b, _, _ in pairs),
+            "max_abs_lm_logprob_diff": max(abs(a - b) for a, b in zip(baseline["lm_logprob"], current["lm_logprob"]))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
@@ -121,36 +130,18 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        base = None if args.baseline_ref == "none" else baseline_tree(args.baseline_ref, Path(tmp))
-        try:
-            for name, case in cases(Path(tmp), args.model, args.threads):
-                row: dict[str, Any] = {"case": name, "current": run_child(REPO_ROOT, CHILD, json.dumps(case))}
-                if base is not None:
-                    row["baseline"] = run_child(base, CHILD, json.dumps(case), timeout=args.baseline_timeout)
-                    if "total_s" in row["baseline"]:
-                        row["speedup"] = row["baseline"]["total_s"] / row["current"]["total_s"]
-                        # the same best path, or one of equal score (two words the model maps to <unk> alike)
-                        row["same_best"] = all(a == b or abs(x - y) < 1e-4 for a, b, x, y in zip(
-                            row["baseline"]["best"], row["current"]["best"], row["baseline"]["score"],
-                            row["current"]["score"]))
-                        row["ties"] = sum(a != b for a, b in zip(row["baseline"]["best"], row["current"]["best"]))
-                        row["max_abs_lm_logprob_diff"] = max(
-                            abs(a - b) for a, b in zip(row["baseline"]["lm_logprob"], row["current"]["lm_logprob"]))
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k not in ("current", "baseline")}
-                                 | {"current_s": row["current"]["total_s"],
-                                    "baseline_s": row.get("baseline", {}).get("total_s")}), flush=True)
-        finally:
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline_ref, Path(tmp)) as base:
+        for name, case in cases(Path(tmp), args.model, args.threads):
+            row: dict[str, Any] = {"case": name, "current": run_child(REPO_ROOT, CHILD, json.dumps(case))}
             if base is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO_ROOT, capture_output=True)
-    from bench.common import environment, write_json
-
-    write_json(args.out, {"benchmark": "hard_inputs", "command": " ".join(["python -m bench.hard_inputs", *sys.argv[1:]]),
-                          "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT)
-                                       else args.model),
-                          "baseline_ref": args.baseline_ref, "threads": args.threads, "environment": environment(),
-                          "rows": rows})
+                row["baseline"] = run_child(base, CHILD, json.dumps(case), timeout=args.baseline_timeout)
+                if "total_s" in row["baseline"]:
+                    row.update(compare(row["baseline"], row["current"]))
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("current", "baseline")}
+                             | {"current_s": row["current"]["total_s"],
+                                "baseline_s": row.get("baseline", {}).get("total_s")}), flush=True)
+    write_report("hard_inputs", args, rows)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,12 +97,32 @@ def run_child(tree: Path, code: str, *argv: Any, timeout: float | None = None) -
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def baseline_tree(ref: str, where: Path) -> Path:
-    """A detached git worktree of ``ref`` under ``where`` (removed by :func:`main` afterwards)."""
+@contextmanager
+def baseline_tree(ref: str, where: Path) -> Iterator[Path | None]:
+    """A detached git worktree of ``ref`` under ``where`` for the block, removed afterwards; None
+    when ``ref`` is ``none``."""
+    if ref == "none":
+        yield None
+        return
     path = where / f"baseline-{ref}"
     subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=REPO_ROOT, check=True,
                    capture_output=True)
-    return path
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO_ROOT, capture_output=True)
+
+
+def write_report(benchmark: str, args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """``args.out``: the rows of a baseline-comparing benchmark with its command, model and machine."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from bench.common import environment, write_json
+
+    write_json(args.out, {"benchmark": benchmark, "command": " ".join([f"python -m bench.{benchmark}", *sys.argv[1:]]),
+                          "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT)
+                                       else args.model),
+                          "baseline_ref": args.baseline_ref, "threads": args.threads, "environment": environment(),
+                          "rows": rows})
 
 
 def model_words(model: Path) -> list[str]:
@@ -126,31 +148,19 @@ def main() -> None:
     cases = [(f"chain-{n}", n, chain_text(n, words)) for n in args.chains]
     cases += [(f"frames-{n}", n, frames_text(n, words)) for n in args.frames]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        base = None if args.baseline_ref == "none" else baseline_tree(args.baseline_ref, Path(tmp))
-        try:
-            for name, levels, text in cases:
-                path = Path(tmp) / f"{name}.txt"
-                path.write_text(text, encoding="utf-8")
-                row: dict[str, Any] = {"case": name, "text_mb": len(text) / 1e6,
-                                       "current": run_child(REPO_ROOT, CHILD, path, args.model, args.threads)}
-                if base is not None and levels <= args.baseline_max_levels:
-                    row["baseline"] = run_child(base, CHILD, path, args.model, args.threads)
-                    row["speedup"] = row["baseline"]["total_s"] / row["current"]["total_s"]
-                    row["memory_ratio"] = row["baseline"]["peak_rss_mb"] / row["current"]["peak_rss_mb"]
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-        finally:
-            if base is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO_ROOT, capture_output=True)
-    sys.path.insert(0, str(REPO_ROOT))
-    from bench.common import environment, write_json
-
-    write_json(args.out, {"benchmark": "long_lattices", "command": " ".join(["python -m bench.long_lattices", *sys.argv[1:]]),
-                          "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT)
-                                       else args.model),
-                          "baseline_ref": args.baseline_ref, "threads": args.threads, "environment": environment(),
-                          "rows": rows})
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline_ref, Path(tmp)) as base:
+        for name, levels, text in cases:
+            path = Path(tmp) / f"{name}.txt"
+            path.write_text(text, encoding="utf-8")
+            row: dict[str, Any] = {"case": name, "text_mb": len(text) / 1e6,
+                                   "current": run_child(REPO_ROOT, CHILD, path, args.model, args.threads)}
+            if base is not None and levels <= args.baseline_max_levels:
+                row["baseline"] = run_child(base, CHILD, path, args.model, args.threads)
+                row["speedup"] = row["baseline"]["total_s"] / row["current"]["total_s"]
+                row["memory_ratio"] = row["baseline"]["peak_rss_mb"] / row["current"]["peak_rss_mb"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    write_report("long_lattices", args, rows)
 
 
 if __name__ == "__main__":
