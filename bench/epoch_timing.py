@@ -69,7 +69,8 @@ def main() -> None:
     from lm.config import ModelConfig, TrainConfig
     from lm.corpus import batches
     from lm.model import build_model
-    from lm.train import load_data, resolve_device
+    from lm.device import resolve_device
+    from lm.train import load_data
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")

@@ -100,7 +100,7 @@ def main() -> None:
 
     from lm.checkpoint import load_checkpoint
     from lm.scorer import LMScorer
-    from lm.train import resolve_device
+    from lm.device import resolve_device
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")

@@ -173,7 +173,7 @@ def count_kn(name: str, spec: dict[str, Any], dataset: str, out: Path) -> float:
 def train_run(name: str, spec: dict[str, Any], dataset: str, epochs: int, out: Path, device: str,
               threads: int | None, precision: str) -> float | None:
     """Train (or resume) one run of the study; returns its best validation perplexity."""
-    from lm.config import TrainConfig
+    from lm.config import ModelConfig, TrainConfig
     from lm.train import train
 
     preset, spec = PRESETS[dataset], dict(spec)
@@ -183,7 +183,7 @@ def train_run(name: str, spec: dict[str, Any], dataset: str, epochs: int, out: P
                       device=device, num_threads=threads, precision=precision)
     print(f"{name}: training ({spec}, detach={detach}, {precision})", flush=True)
     started = time.perf_counter()
-    result = train({"hidden": preset["hidden"], **spec}, cfg, out / "runs" / name, resume=True,
+    result = train(ModelConfig(hidden=preset["hidden"], **spec), cfg, out / "runs" / name, resume=True,
                    record={"benchmark": f"bench.paper_reproduction --dataset {dataset} --precision {precision}",
                            "run": name},
                    progress=False,

@@ -42,7 +42,7 @@ def ensure_model(name: str, fields: dict[str, Any], device: str) -> Path:
     """Train ``name`` on conversational text unless a finished run is there already."""
     import json
 
-    from lm.config import TrainConfig
+    from lm.config import ModelConfig, TrainConfig
     from lm.train import train
 
     run = MODEL_DIR / name
@@ -52,7 +52,7 @@ def ensure_model(name: str, fields: dict[str, Any], device: str) -> Path:
         print(f"training {name} {fields}", flush=True)
         data = SHARED_DATA / "conversational-text"
         cfg = TrainConfig(train=str(data / "train.txt"), valid=str(data / "valid.txt"), device=device, **TRAIN_OPTIONS)
-        train({**MODEL_FIELDS, **fields}, cfg, run, resume=True, progress=False,
+        train(ModelConfig(**MODEL_FIELDS, **fields), cfg, run, resume=True, progress=False,
               record={"command": "python -m bench.rescoring_speed", "model": name})
     best = min(json.loads(x)["valid_ppl"] for x in metrics.read_text().splitlines())
     print(f"{name}: valid ppl {best:.2f}", flush=True)
@@ -106,7 +106,7 @@ def main() -> None:
     from lm.corpus import encode
     from lm.evaluate import score_corpus
     from lm.scorer import LMScorer
-    from lm.train import resolve_device
+    from lm.device import resolve_device
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")

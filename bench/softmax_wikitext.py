@@ -31,7 +31,7 @@ SOFTMAXES = ("full", "adaptive")
 
 def run(work: Path, sentences: int, hidden: int, rho: int, batch_size: int, threads: int) -> dict[str, Any]:
     """Prepare WikiText-2 under ``work``, train and validate each softmax; the results record."""
-    from lm.config import PrepareConfig, TrainConfig
+    from lm.config import ModelConfig, PrepareConfig, TrainConfig
     from lm.shards import prepare
     from lm.train import train
 
@@ -45,7 +45,7 @@ def run(work: Path, sentences: int, hidden: int, rho: int, batch_size: int, thre
         out = work / softmax
         cfg = TrainConfig(data=str(prepared), epochs=1, batch_size=batch_size, lr=2e-3, max_train_sentences=sentences,
                           num_threads=threads, precision="fp32", seed=1)
-        result = train({"cell": "gru", "hidden": hidden, "mode": "afp", "rho": rho, "softmax": softmax}, cfg, out,
+        result = train(ModelConfig(cell="gru", hidden=hidden, mode="afp", rho=rho, softmax=softmax), cfg, out,
                        progress=False)
         (metrics,) = read_metrics(out)
         rows.append({"softmax": softmax, "steps": result.steps, "train_tokens": metrics["train_tokens"],

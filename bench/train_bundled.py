@@ -281,7 +281,7 @@ def train_candidates(preset_name: str, names: list[str] | None = None, runs: Pat
                      device: str = "auto", threads: int | None = None, epochs: int | None = None) -> Path:
     """Train (or resume) a preset's candidates, ``names`` or all, to ``epochs`` (default: the
     preset's); returns ``runs/<preset>``, which holds a run directory per candidate."""
-    from lm.config import TrainConfig
+    from lm.config import ModelConfig, TrainConfig
     from lm.train import train
 
     preset = PRESETS[preset_name]
@@ -304,7 +304,7 @@ def train_candidates(preset_name: str, names: list[str] | None = None, runs: Pat
                 (record_dir / name).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(out / name / "metrics.jsonl", record_dir / name / "metrics.jsonl")
 
-        result = train(fields, cfg, out / name, resume=True, progress=False, on_epoch=keep,
+        result = train(ModelConfig(**fields), cfg, out / name, resume=True, progress=False, on_epoch=keep,
                        record={"command": f"python -m bench.train_bundled {preset_name}", "candidate": name})
         print(f"{name}: best valid ppl {result.best_valid_ppl:.2f}", flush=True)
     return out

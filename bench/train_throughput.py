@@ -394,7 +394,7 @@ def _ratio(row: dict[str, Any], reference: dict[str, Any] | None, key: str) -> f
 
 def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run both measurements; the JSON object of the module docstring (without ``command``)."""
-    from lm.train import resolve_device
+    from lm.device import resolve_device
 
     device = resolve_device(cfg.device)
     threads = cfg.threads or torch.get_num_threads()

@@ -83,7 +83,8 @@ class ModelConfig(_JsonConfig):
 
     Fields:
       arch: ``rnn`` (a recurrent cell) or ``ffnn`` (a feed-forward n-gram model).
-      vocab_size: softmax width.
+      vocab_size: softmax width; None in the configuration handed to :func:`lm.train.train`,
+        which sets it to the size of the vocabulary it builds or reads.
       cell, layers, hidden, activation: the recurrent cell (``activation`` for Elman only).
       context_units, decay, learn_decay: SCRN slow context units.
       embedding: input embedding width (defaults to ``hidden``).
@@ -102,7 +103,7 @@ class ModelConfig(_JsonConfig):
       div_value: each tail cluster's projection is ``div_value`` times narrower than the last.
     """
 
-    vocab_size: int
+    vocab_size: int | None = None
     arch: str = "rnn"
     cell: str = "elman"
     layers: int = 1
@@ -122,7 +123,8 @@ class ModelConfig(_JsonConfig):
     div_value: float = 4.0
 
     def __post_init__(self) -> None:
-        _check_int(self.vocab_size, "vocab_size", 4)
+        if self.vocab_size is not None:
+            _check_int(self.vocab_size, "vocab_size", 4)
         _check(self.arch in ARCHITECTURES, "arch", f"must be one of {ARCHITECTURES}, got {self.arch!r}")
         _check(self.cell in CELL_TYPES, "cell", f"must be one of {CELL_TYPES}, got {self.cell!r}")
         _check(self.activation in ACTIVATIONS, "activation", f"must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
@@ -149,8 +151,9 @@ class ModelConfig(_JsonConfig):
             object.__setattr__(self, "cutoffs", tuple(self.cutoffs))
             for value in self.cutoffs:
                 _check_int(value, "cutoffs", 1)
-            _check(list(self.cutoffs) == sorted(set(self.cutoffs)) and self.cutoffs[-1] < self.vocab_size - 1,
-                   "cutoffs", f"must increase and stay below vocab_size - 1 = {self.vocab_size - 1}, got {self.cutoffs}")
+            _check(list(self.cutoffs) == sorted(set(self.cutoffs)), "cutoffs", f"must increase, got {self.cutoffs}")
+            _check(self.vocab_size is None or self.cutoffs[-1] < self.vocab_size - 1, "cutoffs",
+                   f"must stay below vocab_size - 1 = {(self.vocab_size or 0) - 1}, got {self.cutoffs}")
             _check(self.softmax == "adaptive", "cutoffs", "only used by softmax=adaptive")
         _check(not (self.tie_weights and self.softmax == "adaptive"), "tie_weights",
                "cannot be combined with softmax=adaptive")
@@ -158,7 +161,14 @@ class ModelConfig(_JsonConfig):
     @property
     def adaptive_cutoffs(self) -> tuple[int, ...]:
         """The adaptive softmax's cluster boundaries (the configured ones or the default)."""
-        return self.cutoffs if self.cutoffs is not None else default_cutoffs(self.vocab_size)
+        return self.cutoffs if self.cutoffs is not None else default_cutoffs(self.known_vocab_size)
+
+    @property
+    def known_vocab_size(self) -> int:
+        """``vocab_size``, which a model needs (an error naming the field while it is unset)."""
+        if self.vocab_size is None:
+            raise ValueError("vocab_size: not set; a model needs it (lm.train.train sets it from the vocabulary)")
+        return self.vocab_size
 
     @property
     def embedding_size(self) -> int:

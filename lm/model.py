@@ -417,6 +417,7 @@ class FeedForwardLM(LanguageModel):
 
 def build_model(config: ModelConfig) -> LanguageModel:
     """The model class for ``config.arch``, freshly initialized by PyTorch defaults."""
+    config.known_vocab_size  # a model needs it; unset, this names the field
     if config.arch == "ffnn":
         return FeedForwardLM(config)
     return RecurrentLM(config)

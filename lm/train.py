@@ -23,8 +23,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from lm.checkpoint import prepare_model, save_checkpoint
 from lm.config import ModelConfig, TrainConfig
 from lm.corpus import Batch, Corpus, EncodedCorpus, batches, encode, load_corpus
+from lm.device import native_bf16, resolve_device, tf32_matmuls
 from lm.evaluate import corpus_logprob
 from lm.model import LanguageModel, build_model
 from lm.resume import TrainState, capture_rng, find_resume, load_resume, save_resume
@@ -85,46 +85,6 @@ def load_data(cfg: TrainConfig) -> Data:
     return Data(vocab=vocab, train=encode(train_sentences, vocab), valid=valid)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` is the first CUDA device when there is one, else the CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available")
-    return device
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes in bfloat16 natively: CUDA, or a CPU with AVX512-BF16 or AMX
-    (read from ``/proc/cpuinfo``'s flags, else torch's CPU capability)."""
-    if device.type == "cuda":
-        return True
-    if device.type != "cpu":
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        return "avx512_bf16" in flags or "amx_bf16" in flags
-    except OSError:
-        return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
-
-
-@contextmanager
-def tf32_matmuls(enabled: bool) -> Iterator[None]:
-    """Within the block, float32 CUDA matmuls may use TF32 tensor cores (PyTorch's
-    ``torch.backends.cuda.matmul.fp32_precision``, restored afterwards); nothing when not enabled."""
-    if not enabled:
-        yield
-        return
-    matmul = torch.backends.cuda.matmul
-    before = matmul.fp32_precision
-    matmul.fp32_precision = "tf32"
-    try:
-        yield
-    finally:
-        matmul.fp32_precision = before
-
-
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``auto`` is ``bf16`` where :func:`native_bf16`, else ``fp32``; others stay as they are."""
     if precision != "auto":
@@ -146,7 +106,7 @@ def _distributed(cfg: TrainConfig) -> tuple[int, int, torch.device]:
 
 
 def train(
-    model_fields: dict[str, Any],
+    model_config: ModelConfig,
     cfg: TrainConfig,
     out_dir: str | Path,
     resume: bool = False,
@@ -161,7 +121,8 @@ def train(
     different units; the batch order is the epoch's seed's, whatever the rank.
 
     Args:
-      model_fields: :class:`ModelConfig` fields except ``vocab_size`` (taken from the data).
+      model_config: what to train; its ``vocab_size`` is left unset (None) and becomes the size of the
+        vocabulary built from or read with the data (a different number set there is an error).
       cfg: the training configuration.
       resume: continue from ``out_dir/resume`` when it exists (same configs required), exactly
         where it stopped, mid-epoch included.
@@ -175,7 +136,10 @@ def train(
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     data = load_data(cfg)
-    model_cfg = ModelConfig.from_dict({**model_fields, "vocab_size": data.vocab.size}, where="model config")
+    if model_config.vocab_size not in (None, data.vocab.size):
+        raise ValueError(f"vocab_size: the model config says {model_config.vocab_size} but the vocabulary has "
+                         f"{data.vocab.size} words; leave it unset")
+    model_cfg = model_config.replace(vocab_size=data.vocab.size)
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg)
     model.reset_parameters(cfg.init_range)

@@ -165,7 +165,7 @@ class Observe:
 def _load_runtime(settings: Settings, metrics: Metrics):
     from lm.checkpoint import load_checkpoint
     from lm.scorer import LMScorer
-    from lm.train import resolve_device
+    from lm.device import resolve_device
     from service.batcher import BatchingScorer
     from service.engine import Runtime
 

@@ -76,7 +76,7 @@ def _load(model_dir: str | None, device: str = "cpu"):
 
 
 def _device(name: str) -> str:
-    from lm.train import resolve_device
+    from lm.device import resolve_device
 
     return str(resolve_device(name))
 
@@ -160,9 +160,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise CLIError("give --train FILE or --data DIR (or 'train' or 'data' in the config's 'train' section)")
     cfg = TrainConfig.from_dict(train_fields, where="training options")
     # fail before reading data (the vocabulary's size is checked against the options once it is known)
-    ModelConfig.from_dict({**model_fields, "vocab_size": 2**31 - 1}, where="model options")
+    model = ModelConfig.from_dict(model_fields, where="model options")
     record = {"command": " ".join(["afp", *args.argv])}
-    result = train(model_fields, cfg, args.out, resume=args.resume, record=record,
+    result = train(model, cfg, args.out, resume=args.resume, record=record,
                    on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
     if result.rank == 0:
         print(json.dumps({"out": args.out, "epochs": result.epochs_run, "steps": result.steps,

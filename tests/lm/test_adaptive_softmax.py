@@ -73,7 +73,7 @@ def test_training_lowers_validation_perplexity(tmp_path):
     train_file = write_text(tmp_path / "train.txt", sentences[:250])
     valid_file = write_text(tmp_path / "valid.txt", sentences[250:])
     cfg = TrainConfig(train=str(train_file), valid=str(valid_file), epochs=3, batch_size=10, lr=0.01, seed=2)
-    result = train({"cell": "gru", "hidden": 16, "mode": "afp", "rho": 3, **ADAPTIVE}, cfg, tmp_path / "out",
+    result = train(ModelConfig(cell="gru", hidden=16, mode="afp", rho=3, **ADAPTIVE), cfg, tmp_path / "out",
                    progress=False)
     ppls = [m["valid_ppl"] for m in result.metrics]
     assert ppls[-1] < ppls[0] < 13  # below uniform over the 13 words + </s>

@@ -26,7 +26,7 @@ def _join(rank: int, port: int) -> None:
 def _first_step_worker(rank: int, port: int, train_path: str, out: str) -> None:
     """Train one step under DDP; save the first dropout mask and the parameters after the step."""
     import lm.train
-    from lm.config import TrainConfig
+    from lm.config import ModelConfig, TrainConfig
 
     _join(rank, port)
     masks: list[torch.Tensor] = []
@@ -47,7 +47,7 @@ def _first_step_worker(rank: int, port: int, train_path: str, out: str) -> None:
     torch.nn.Dropout.forward = dropout
     lm.train.train_step = train_step
     cfg = TrainConfig(train=train_path, epochs=1, batch_size=10, max_steps=1, seed=5, device="cpu")
-    lm.train.train({"mode": "afp", "rho": 2, "hidden": 12, "cell": "gru", "dropout": 0.5}, cfg, Path(out) / "run",
+    lm.train.train(ModelConfig(mode="afp", rho=2, hidden=12, cell="gru", dropout=0.5), cfg, Path(out) / "run",
                    progress=False)
     torch.save({"mask": masks[0], "params": params}, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
@@ -124,11 +124,11 @@ def test_sharded_validation_equals_the_single_process_perplexity(tmp_path, field
 
 def _resume_worker(rank: int, port: int, train_path: str, valid_path: str, out: str) -> None:
     """Train straight through; then stop mid-epoch with max_steps and resume (both ranks' generators saved)."""
-    from lm.config import TrainConfig
+    from lm.config import ModelConfig, TrainConfig
     from lm.train import train
 
     _join(rank, port)
-    fields = {"mode": "afp", "rho": 2, "hidden": 12, "cell": "gru", "dropout": 0.5}
+    fields = ModelConfig(mode="afp", rho=2, hidden=12, cell="gru", dropout=0.5)
     cfg = TrainConfig(train=train_path, valid=valid_path, epochs=2, batch_size=10, lr=1e-2, seed=5, device="cpu")
     train(fields, cfg, Path(out) / "straight", progress=False)
     cut = train(fields, cfg.replace(max_steps=6), Path(out) / "cut", progress=False)

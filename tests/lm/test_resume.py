@@ -24,13 +24,13 @@ from safetensors.torch import load_file
 
 import lm.resume
 import lm.train
-from lm.config import TrainConfig
+from lm.config import ModelConfig, TrainConfig
 from lm.resume import find_resume
 from lm.train import StepCheckpoints, train
 from tests.factories import patterned_sentences, write_text
 
 REPO = Path(__file__).resolve().parents[2]
-FIELDS = {"mode": "afp", "rho": 2, "hidden": 12, "cell": "gru", "dropout": 0.3}
+FIELDS = ModelConfig(mode="afp", rho=2, hidden=12, cell="gru", dropout=0.3)
 
 
 @pytest.fixture()
@@ -125,7 +125,7 @@ def test_resume_refuses_changed_options_and_another_world_size(tmp_path, corpus)
     with pytest.raises(ValueError, match=r"resume: cannot resume, training option\(s\) changed: batch_size, lr"):
         train(FIELDS, config(corpus).replace(lr=0.5, batch_size=7), tmp_path / "run", resume=True, progress=False)
     with pytest.raises(ValueError, match="cannot resume, the model config differs"):
-        train({**FIELDS, "hidden": 10}, config(corpus), tmp_path / "run", resume=True, progress=False)
+        train(FIELDS.replace(hidden=10), config(corpus), tmp_path / "run", resume=True, progress=False)
     model = lm.train.build_model(lm.resume.read_config(tmp_path / "run" / "resume")[0])
     optimizer = torch.optim.Adam(model.parameters())
     with pytest.raises(ValueError, match="cannot resume with 2 process.*after 5 batches per process of 1 "

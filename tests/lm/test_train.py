@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lm.checkpoint import load_checkpoint
-from lm.config import TrainConfig
+from lm.config import ModelConfig, TrainConfig
 from lm.train import train
 from tests.factories import free_port, patterned_sentences, write_text
 
@@ -34,7 +34,7 @@ def config(corpus, **changes):
                                             ({"mode": "exact", "cell": "lstm", "hidden": 16}, False),
                                             ({"arch": "ffnn", "order": 3, "hidden": 16}, False)])
 def test_training_learns_and_keeps_best_checkpoint(tmp_path, corpus, fields, detach):
-    result = train(fields, config(corpus, detach=detach), tmp_path / "run", progress=False)
+    result = train(ModelConfig(**fields), config(corpus, detach=detach), tmp_path / "run", progress=False)
     ppl = [m["valid_ppl"] for m in result.metrics]
     assert len(ppl) == 3
     assert ppl[-1] < ppl[0] and min(ppl) < 6.0  # the grammar has ~16 words; a learnt model does far better
@@ -46,7 +46,7 @@ def test_training_learns_and_keeps_best_checkpoint(tmp_path, corpus, fields, det
 
 
 def test_resume_continues_exactly(tmp_path, corpus):
-    fields = {"mode": "afp", "rho": 2, "hidden": 12, "cell": "gru"}
+    fields = ModelConfig(mode="afp", rho=2, hidden=12, cell="gru")
     straight = train(fields, config(corpus, lr_decay=0.5), tmp_path / "a", progress=False)
     train(fields, config(corpus, lr_decay=0.5).replace(epochs=2), tmp_path / "b", progress=False)
     resumed = train(fields, config(corpus, lr_decay=0.5), tmp_path / "b", resume=True, progress=False)
@@ -99,7 +99,7 @@ def test_cli_train_rejects_bad_options(tmp_path, corpus, capsys):
 
 
 def test_bf16_autocast_trains_as_well_as_fp32_and_keeps_float32_weights(tmp_path, corpus):
-    fields = {"mode": "afp", "rho": 2, "hidden": 16}
+    fields = ModelConfig(mode="afp", rho=2, hidden=16)
     fp32 = train(fields, config(corpus), tmp_path / "fp32", progress=False)
     bf16 = train(fields, config(corpus, precision="bf16"), tmp_path / "bf16", progress=False)
     ppl32, ppl16 = ([m["valid_ppl"] for m in r.metrics] for r in (fp32, bf16))
@@ -114,7 +114,7 @@ def test_bf16_autocast_trains_as_well_as_fp32_and_keeps_float32_weights(tmp_path
 def test_precision_is_checked_and_fixed_across_resume(tmp_path, corpus):
     with pytest.raises(ValueError, match="precision: must be one of"):
         config(corpus, precision="fp16")
-    fields = {"mode": "afp", "rho": 2, "hidden": 12}
+    fields = ModelConfig(mode="afp", rho=2, hidden=12)
     train(fields, config(corpus).replace(epochs=1), tmp_path / "run", progress=False)
     with pytest.raises(ValueError, match="training option.*precision"):
         train(fields, config(corpus, precision="bf16"), tmp_path / "run", resume=True, progress=False)
@@ -133,7 +133,7 @@ def test_auto_precision_follows_the_device(tmp_path, corpus, monkeypatch):
     assert train_module.resolve_precision("fp32", torch.device("cuda")) == "fp32"
     assert train_module.resolve_precision("bf16", torch.device("cpu")) == "bf16"
     assert train_module.resolve_precision("auto", torch.device("cuda")) == "bf16"
-    fields = {"mode": "afp", "rho": 2, "hidden": 12}
+    fields = ModelConfig(mode="afp", rho=2, hidden=12)
     for native, expected in ((False, "fp32"), (True, "bf16")):
         monkeypatch.setattr(train_module, "native_bf16", lambda device, native=native: native)
         assert train_module.resolve_precision("auto", torch.device("cpu")) == expected
@@ -150,7 +150,7 @@ def test_auto_precision_follows_the_device(tmp_path, corpus, monkeypatch):
 
 
 def test_native_bf16_reads_the_cpu_flags():
-    from lm.train import native_bf16
+    from lm.device import native_bf16
 
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     expected = "avx512_bf16" in flags or "amx_bf16" in flags
@@ -173,7 +173,7 @@ def test_tf32_is_on_only_inside_cuda_training_steps(tmp_path, corpus, monkeypatc
     real_step = train_module.train_step
     monkeypatch.setattr(train_module, "train_step", lambda *a, **k: (seen.append(matmul.fp32_precision),
                                                                      real_step(*a, **k))[1])
-    run = train({"mode": "afp", "rho": 2, "hidden": 12}, config(corpus).replace(epochs=1), tmp_path / "run",
+    run = train(ModelConfig(mode="afp", rho=2, hidden=12), config(corpus).replace(epochs=1), tmp_path / "run",
                 progress=False)
     assert seen and set(seen) == {before}  # a CPU run leaves float32 matmuls alone
     assert [m["tf32"] for m in run.metrics] == [False]
@@ -181,8 +181,22 @@ def test_tf32_is_on_only_inside_cuda_training_steps(tmp_path, corpus, monkeypatc
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_tf32_training_on_cuda_stays_within_tolerance_of_ieee_float32(tmp_path, corpus):
-    fields = {"mode": "afp", "rho": 2, "hidden": 64}
+    fields = ModelConfig(mode="afp", rho=2, hidden=64)
     ieee = train(fields, config(corpus, device="cuda", tf32=False), tmp_path / "ieee", progress=False)
     tf32 = train(fields, config(corpus, device="cuda", tf32=True), tmp_path / "tf32", progress=False)
     assert [m["tf32"] for m in tf32.metrics] == [True] * 3
     assert [m["valid_ppl"] for m in tf32.metrics] == pytest.approx([m["valid_ppl"] for m in ieee.metrics], rel=0.02)
+
+
+def test_train_takes_a_model_config_and_fills_in_the_vocabulary_size(tmp_path, corpus):
+    from lm.model import build_model
+
+    template = ModelConfig(mode="afp", rho=2, hidden=8)
+    assert template.vocab_size is None
+    with pytest.raises(ValueError, match="vocab_size: not set"):
+        build_model(template)
+    run = train(template, config(corpus).replace(epochs=1), tmp_path / "run", progress=False)
+    loaded = load_checkpoint(tmp_path / "run")
+    assert loaded.config == template.replace(vocab_size=loaded.vocab.size) and run.epochs_run == 1
+    with pytest.raises(ValueError, match=f"vocab_size: the model config says 7 but the vocabulary has {loaded.vocab.size}"):
+        train(template.replace(vocab_size=7), config(corpus).replace(epochs=1), tmp_path / "other", progress=False)

@@ -1,0 +1,52 @@
+"""Devices: which one to run on, whether it computes bfloat16 natively, and TF32 matmuls.
+
+Serves training (:mod:`lm.train`), scoring and the service alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is the first CUDA device when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available")
+    return device
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: CUDA, or a CPU with AVX512-BF16 or AMX
+    (read from ``/proc/cpuinfo``'s flags, else torch's CPU capability)."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+    except OSError:
+        return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
+
+
+@contextmanager
+def tf32_matmuls(enabled: bool) -> Iterator[None]:
+    """Within the block, float32 CUDA matmuls may use TF32 tensor cores (PyTorch's
+    ``torch.backends.cuda.matmul.fp32_precision``, restored afterwards); nothing when not enabled."""
+    if not enabled:
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
