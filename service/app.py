@@ -137,7 +137,8 @@ class BodyLimit:
 
 
 class Observe:
-    """ASGI middleware: count requests by route and status, time them (Prometheus)."""
+    """ASGI middleware: count requests by route and status, time them, and gauge those in
+    progress (from the headers on, body reading included; a scrape of ``/metrics`` counts itself)."""
 
     def __init__(self, app: Any, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
@@ -147,6 +148,7 @@ class Observe:
             await self.app(scope, receive, send)
             return
         started, status = time.perf_counter(), 500
+        self.metrics.in_progress.inc()
 
         async def watch(message: dict) -> None:
             nonlocal status
@@ -157,6 +159,7 @@ class Observe:
         try:
             await self.app(scope, receive, watch)
         finally:
+            self.metrics.in_progress.dec()
             path = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.requests.labels(path, str(status)).inc()
             self.metrics.latency.labels(path).observe(time.perf_counter() - started)
@@ -220,6 +223,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
-    app.add_middleware(Observe, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, max_json_depth=settings.max_json_depth)
+    app.add_middleware(Observe, metrics=metrics)  # outermost: counts a request from its headers on
     return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -17,6 +17,8 @@ class Metrics:
         r = self.registry
         self.requests = Counter("afp_requests", "HTTP requests", ["route", "status"], registry=r)
         self.latency = Histogram("afp_request_seconds", "Request latency", ["route"], buckets=LATENCY_BUCKETS,
+                                 registry=r)
+        self.in_progress = Gauge("afp_requests_in_progress", "HTTP requests being received or answered",
                                  registry=r)
         self.errors = Counter("afp_errors", "Requests answered with an error, by kind", ["kind"], registry=r)
         self.batch_requests = Histogram("afp_batch_requests", "Scoring calls merged into one model call",
