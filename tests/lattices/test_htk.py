@@ -112,12 +112,6 @@ def test_ami_lattices_read_and_round_trip(path: Path) -> None:
     assert write_htk(again) == write_htk(lattice)
 
 
-def test_ami_files_present_or_skip() -> None:
-    if not AMI_FILES:
-        pytest.skip(f"no AMI lattices under {SHARED_DATA}")
-    assert len(AMI_FILES) >= 1
-
-
 def test_theanolm_lattice_words_on_links() -> None:
     if not THEANOLM_FILE.exists():
         pytest.skip(f"{THEANOLM_FILE} is absent")

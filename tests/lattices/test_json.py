@@ -91,12 +91,6 @@ def test_real_htk_lattices_survive(path: Path) -> None:
     assert again.meta["header"] == lattice.meta["header"]
 
 
-def test_no_real_data_skips_cleanly() -> None:
-    if not HTK_FILES:
-        pytest.skip(f"no HTK lattices under {SHARED_DATA}")
-    assert all(path.exists() for path in HTK_FILES)
-
-
 # ------------------------------------------------------------------------------------------ errors
 def _with(**changes: object) -> dict:
     obj = copy.deepcopy(EXAMPLE)

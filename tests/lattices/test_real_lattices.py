@@ -59,7 +59,11 @@ def test_nbest_lm_scores_equal_sentence_scores(name, rho, cell):
         for hyp, lp in zip(result.nbest, expected):
             assert hyp.lm_logprob == pytest.approx(lp, abs=1e-4), (lattice.key, hyp.words)
         checked += len(words)
-        assert result.stats["expanded_arcs"] >= 1 and result.stats["oov"] >= 0
+        # every arc of the (trimmed) input lies on a path, so it is expanded at least once
+        assert result.stats["expanded_arcs"] >= result.stats["lattice_arcs"] > 0
+        vocab = scorer.loaded.vocab
+        assert min(result.stats["oov"], 50) == len(result.stats["oov_words"])  # the first 50 are listed
+        assert all(w not in vocab for w in result.stats["oov_words"])
     assert checked >= len(lattices)
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lattices.expand import DEFAULT_SKIP, ExpansionTooLarge, expand, word_map
+from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, expand, word_map
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, prune, rescore
 from lattices.search import Dag
@@ -90,9 +90,16 @@ def test_expanded_paths_are_the_original_paths(fields):
     original = sorted(tuple(arcs) for arcs, _ in all_paths(lattice))
     mapped = sorted(tuple(expansion.arc_orig[arcs].tolist()) for arcs, _ in all_paths(expanded))
     assert mapped == original  # a bijection: no path lost, none duplicated
-    # arcs leaving one expanded state all share the history the model sees
-    contexts = expansion.state_history[expansion.src]
-    assert contexts.shape == (expansion.num_arcs, scorer.context_size)
+    # every arc leaves a state whose history is exactly the last rho model words of its path
+    rho = scorer.context_size
+    for arcs, _ in all_paths(expanded):
+        seen = [scorer.bos_id]
+        for arc in arcs:
+            expected = ([PAD] * rho + seen)[-rho:]
+            assert expansion.state_history[expansion.src[arc]].tolist() == expected
+            if int(expansion.arc_lm_word[arc]) != PAD:
+                seen.append(int(expansion.arc_lm_word[arc]))
+            assert int(expansion.arc_lm_word[arc]) == int(mapping[lattice.words[expansion.arc_orig[arc]]])
 
 
 def test_histories_merge_beyond_rho():
@@ -148,12 +155,19 @@ def test_pruning_keeps_paths_near_the_best_and_reports_it():
     lattice = random_lattice(7, num_states=9, extra_arcs=12)
     pruned, report = prune(lattice, beam=3.0, acoustic_scale=0.1, word_penalty=0.0)
     assert report["arcs_after"] == pruned.num_arcs < lattice.num_arcs == report["arcs_before"]
-    own = [0.1 * float(lattice.acoustic[a].sum() + lattice.final_acoustic[f]) +
-           float(lattice.graph[a].sum() + lattice.final_graph[f]) for a, f in all_paths(lattice)]
-    best = max(own)
-    assert len(all_paths(pruned)) >= sum(1 for s in own if s >= best - 1e-9)
-    kept = {tuple(path_words(pruned, a)) for a, _ in all_paths(pruned)}
-    assert tuple(path_words(lattice, all_paths(lattice)[own.index(best)][0])) in kept
+    def scored_paths(lat):
+        return [(round(0.1 * float(lat.acoustic[a].sum() + lat.final_acoustic[f])
+                       + float(lat.graph[a].sum() + lat.final_graph[f]), 6), tuple(path_words(lat, a)), a)
+                for a, f in all_paths(lat)]
+
+    before, after = scored_paths(lattice), scored_paths(pruned)
+    best = max(s for s, _, _ in before)
+    within = {(s, w) for s, w, _ in before if s >= best - 3.0}
+    assert len(within) < len(before)  # the beam really cuts something on this lattice
+    assert within <= {(s, w) for s, w, _ in after}  # every path within the beam survives
+    assert max(s for s, _, _ in after) == best
+    for arc in range(pruned.num_arcs):  # and every kept arc lies on a path within the beam
+        assert max(s for s, _, arcs in after if arc in arcs) >= best - 3.0 - 1e-6
     result = rescore(lattice, scorer, RescoreOptions(prune_beam=3.0, acoustic_scale=0.1, nbest=50))[0]
     assert result.pruned == report
     for hyp in result.nbest:  # exactness holds for every surviving path
