@@ -48,6 +48,12 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def trained(run_dir: Path, epochs: int) -> bool:
+    """Whether a training run has ``epochs`` epochs of metrics and its weights: a committed
+    ``metrics.jsonl`` without the (gitignored) ``model.safetensors`` must be trained again."""
+    return len(read_metrics(run_dir)) >= epochs and (run_dir / "model.safetensors").is_file()
+
+
 def pyplot():
     """matplotlib's pyplot on the file-only Agg backend (imported only by benchmarks that plot)."""
     import matplotlib

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from bench.common import RESULTS, SHARED_DATA, ami_lattice_files, environment, pyplot, save_figure, write_json
+from bench.common import RESULTS, SHARED_DATA, ami_lattice_files, environment, pyplot, save_figure, trained, write_json
 
 MODEL_FIELDS = {"cell": "elman", "hidden": 128, "dropout": 0.3}
 TRAIN_OPTIONS = {"batch_size": 20, "lr": 1e-3, "lr_decay": 0.5, "clip": 1.0, "init_range": 0.05, "seed": 1,
@@ -39,7 +39,7 @@ MODEL_DIR = RESULTS / "rescoring" / "models"
 
 
 def ensure_model(name: str, fields: dict[str, Any], device: str) -> Path:
-    """Train ``name`` on conversational text unless a finished run is there already."""
+    """Train ``name`` on conversational text unless a finished run with its weights is there."""
     import json
 
     from lm.config import ModelConfig, TrainConfig
@@ -47,8 +47,7 @@ def ensure_model(name: str, fields: dict[str, Any], device: str) -> Path:
 
     run = MODEL_DIR / name
     metrics = run / "metrics.jsonl"
-    done = metrics.is_file() and len(metrics.read_text().splitlines()) >= TRAIN_OPTIONS["epochs"]
-    if not done:
+    if not trained(run, TRAIN_OPTIONS["epochs"]):  # a fresh clone has the metrics, not the weights
         print(f"training {name} {fields}", flush=True)
         data = SHARED_DATA / "conversational-text"
         cfg = TrainConfig(train=str(data / "train.txt"), valid=str(data / "valid.txt"), device=device, **TRAIN_OPTIONS)

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, trained, write_json
 
 #: largest relative change of validation perplexity that bfloat16 storage may cause
 BF16_TOLERANCE = 1e-3
@@ -292,7 +292,7 @@ def train_candidates(preset_name: str, names: list[str] | None = None, runs: Pat
     record_dir = RESULTS / "bundled" / preset_name
     for name in names or list(preset["candidates"]):
         fields = {k: v for k, v in preset["candidates"][name].items() if k != "baseline"}
-        if len(read_metrics(out / name)) >= epochs_now and (out / name / "model.safetensors").is_file():
+        if trained(out / name, epochs_now):
             continue  # done (a committed metrics record without the weights is retrained)
         cfg = TrainConfig(train=str(train_file), valid=str(valid_file), device=device,
                           num_threads=threads, **{**options, "epochs": epochs_now})

@@ -27,3 +27,14 @@ def test_a_cheaper_rho_within_the_margin_wins():
     metrics["rho5"] = _metrics(83.5)
     assert choose_winner(table, metrics, 0.02) == "rho3"  # 84.75 <= 1.02 * 83.22
     assert choose_winner(table, metrics, 0.01) == "rho4"
+
+
+def test_a_committed_metrics_record_without_weights_is_not_a_trained_run(tmp_path):
+    from bench.common import trained
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(f'{{"epoch": {e}, "valid_ppl": 100.0}}\n' for e in (1, 2, 3)))
+    assert not trained(run, 3)  # a fresh clone: metrics committed, weights gitignored
+    (run / "model.safetensors").write_bytes(b"weights")
+    assert trained(run, 3) and not trained(run, 4)
