@@ -299,6 +299,22 @@ def train_scale(results: Path) -> list[str]:
                         rows)]
 
 
+def softmax_wikitext(results: Path) -> list[str]:
+    """``softmax_wikitext.json``: full against adaptive softmax on WikiText-2, tokens/s and
+    perplexity after the same steps; nothing when absent."""
+    data = _load(results / "softmax_wikitext.json")
+    if not data:
+        return []
+    full = data["rows"][0]["tokens_per_second"]
+    rows = [[r["softmax"], r["steps"], f"{r['train_tokens']:,}", round(r["tokens_per_second"]),
+             _ratio_cell(r["tokens_per_second"] / full), r["train_ppl"], r["valid_ppl"]] for r in data["rows"]]
+    return ["## Full against adaptive softmax on WikiText-2 (`python -m bench.softmax_wikitext`)", "",
+            f"`{data['command']}`: {_where(data)}; model {data['model']}, V = {data['vocab_size']:,}, batch size "
+            f"{data['batch_size']}, {data['train_sentences']:,} training lines (the same batches for both), "
+            "validation perplexity on the whole validation text.", "",
+            *_table(["softmax", "steps", "training tokens", "tokens/s", "x full", "train ppl", "valid ppl"], rows)]
+
+
 def hard_inputs(results: Path) -> list[str]:
     """``hard_inputs.json``: time of the inputs that took the engine out of its budget, against
     the baseline commit's code; nothing when absent."""
@@ -375,7 +391,8 @@ def long_lattices(results: Path) -> list[str]:
                          "baseline total s", "speed-up", "baseline peak RSS MB", "memory ratio"], rows)]
 
 
-SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale, rescoring,
+SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
+                                 softmax_wikitext, rescoring,
                                  long_lattices, hard_inputs, merged_rescoring, load, wer, conversational)
 
 

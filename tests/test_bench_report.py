@@ -163,7 +163,15 @@ def test_throughput_scale_and_long_lattice_sections_appear_once_their_json_exist
                                   "same_best_words": True, "max_abs_lm_logprob_diff": 2e-6}},
             "bf16": {"per_lattice": run, "vs_fp32": {"same_best_words": False, "max_abs_lm_logprob_diff": 4e-4,
                                                      "speed_ratio_per_lattice": 1.5}}}}}})
+    wt_row = {"steps": 50, "train_tokens": 90_000, "train_ppl": 600.0}
+    _write(tmp_path / "softmax_wikitext.json", {
+        "command": "python -m bench.softmax_wikitext", "vocab_size": 33_279, "train_sentences": 1000,
+        "model": "GRU-256 AFP-4", "batch_size": 20, "environment": {"threads": 2, "torch": "2.x"},
+        "rows": [{**wt_row, "softmax": "full", "tokens_per_second": 1000.0, "valid_ppl": 700.0},
+                 {**wt_row, "softmax": "adaptive", "tokens_per_second": 5500.0, "valid_ppl": 690.5}]})
     text = render(tmp_path)
+    assert "| adaptive | 50 | 90,000 | 5500 | 5.50 | 600.00 | 690.50 |" in text
+    assert "V = 33,279, batch size 20, 1,000 training lines" in text
     assert "| symbols-200k | 10 | 200,000 | 1.50 | 0.15 | 250.00 | 9.00 | 6.00 | 250.00 | yes |" in text
     assert "| kbest-same-words | 1 | - | 1.50 | 0.15 | 250.00 | stopped after 600 s | - | - | - |" in text
     assert "### cuda: NVIDIA H100, torch 2.x; merged calls of up to 262,144 pairs" in text
