@@ -306,7 +306,7 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
         tick = time.perf_counter()
         weights = options.weights(lm_weight, scored)
         vector = scored.vector(weights)
-        dag = dataclasses.replace(scored.dag(vector), deadline=options.deadline)
+        dag = scored.dag(vector, options.deadline)
         count = max(options.nbest, options.mbr_nbest if options.decode == "mbr" else 1)
         is_nbest = "nbest" in lattice.meta and "hypothesis" in lattice.final_extra
         wanted = max(count, int(lattice.meta["nbest"])) if is_nbest else count

@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -136,12 +137,18 @@ class ScoredLattice:
         return component_vector(self.names, weights, self.default_acoustic_scale,
                                 f"lattice {self.lattice.key!r}: ").to(self.arc_parts.device)
 
-    def dag(self, vector: Tensor) -> Dag:
-        """The expanded lattice as a :class:`Dag` with the totals under a weight ``vector``."""
+    @cached_property
+    def _graph(self) -> Dag:
+        """The expanded lattice's graph, grouped once for every weight setting (scores unset)."""
         e = self.expansion
         level = self.lattice.levels[e.state_orig]
-        return Dag(e.num_states, 0, e.src, e.dst, self.arc_parts @ vector, e.finals, self.final_parts @ vector,
-                   level)
+        none = torch.empty(0, dtype=torch.float64)
+        return Dag(e.num_states, 0, e.src, e.dst, none, e.finals, none, level)
+
+    def dag(self, vector: Tensor, deadline: float | None = None) -> Dag:
+        """The expanded lattice as a :class:`Dag` with the totals under a weight ``vector`` (float64
+        ``(C,)``); every call shares one graph and its cached level groupings."""
+        return self._graph.with_scores(self.arc_parts @ vector, self.final_parts @ vector, deadline)
 
     def first_pass_weights(self, weights: Weights) -> Weights:
         """The first-pass setting: the same named weights and penalty, old LM in full, no new LM."""

@@ -15,8 +15,9 @@ tensors on the scores' device; the k-best Viterbi runs in torch on that device.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -26,6 +27,19 @@ from lattices.ops import check_deadline, segment_index
 from lattices.topology import level_order
 
 NEG_INF = -math.inf
+T = TypeVar("T")
+
+
+def _graph_cached(compute: Callable[[Dag], T]) -> property:
+    """A read-only property computed once per graph: kept in ``Dag.groupings``, which
+    :meth:`Dag.with_scores` shares between Dags of the same graph."""
+
+    def get(self: Dag) -> T:
+        if compute.__name__ not in self.groupings:
+            self.groupings[compute.__name__] = compute(self)
+        return self.groupings[compute.__name__]
+
+    return property(get, doc=compute.__doc__)
 
 
 @dataclass(frozen=True)
@@ -52,30 +66,32 @@ class Dag:
     final_score: Tensor
     level: Tensor
     deadline: float | None = None
+    #: the groupings that depend on the graph only, computed on first use (see :func:`_graph_cached`)
+    groupings: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def with_scores(self, score: Tensor, final_score: Tensor) -> Dag:
-        """The same graph with other scores (keeps the cached level grouping)."""
-        other = Dag(self.num_states, self.start, self.src, self.dst, score, self.finals, final_score, self.level,
-                    self.deadline)
-        other.__dict__.update({k: v for k, v in self.__dict__.items() if k in _GRAPH_CACHES})
-        return other
+    def with_scores(self, score: Tensor, final_score: Tensor, deadline: float | None = None) -> Dag:
+        """The same graph with other scores and ``deadline``. It shares this Dag's groupings, those
+        computed already and those either computes later, so a search per LM weight groups the
+        graph once."""
+        return Dag(self.num_states, self.start, self.src, self.dst, score, self.finals, final_score, self.level,
+                   deadline, self.groupings)
 
-    @cached_property
+    @_graph_cached
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``src``, ``dst`` as numpy int64 arrays on the CPU."""
         return self.src.cpu().numpy(), self.dst.cpu().numpy()
 
-    @cached_property
+    @_graph_cached
     def _by_dst_level(self) -> tuple[np.ndarray, list[int]]:
         """Arc ids sorted by the level of their destination, and each level's offsets (forward passes)."""
         return level_order(self._arrays[1], self.level.cpu().numpy())
 
-    @cached_property
+    @_graph_cached
     def _by_src_level(self) -> tuple[np.ndarray, list[int]]:
         """Arc ids sorted by the level of their source, and each level's offsets (backward passes)."""
         return level_order(self._arrays[0], self.level.cpu().numpy())
 
-    @cached_property
+    @_graph_cached
     def _into_level(self) -> _LevelArcs:
         """Arcs grouped by the level of their destination (the k-best Viterbi)."""
         return _LevelArcs.group(self.dst, self.level)
@@ -258,8 +274,6 @@ class _LevelArcs:
         return _LevelArcs(order, states, local, arc_offsets, [0, *state_ends.tolist()])
 
 
-#: the cached groupings of a Dag that depend on its graph only (kept by :meth:`Dag.with_scores`)
-_GRAPH_CACHES = ("_into_level", "_arrays", "_by_dst_level", "_by_src_level")
 
 
 def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:

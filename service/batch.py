@@ -127,24 +127,6 @@ class ShardFilter:
         return take
 
 
-def output_format(fmt: str, first: Lattice | None) -> str:
-    """The format rescored lattices are written in: the input's (guessed from meta for 'auto')."""
-    if fmt in ("nbest-json", "srilm-nbest", "espnet-nbest") or (first is not None and "nbest" in first.meta):
-        return "json"  # the lattice of an n-best list's hypotheses
-    if fmt != "auto" or first is None:
-        return fmt
-    meta = first.meta
-    if "kaldi_type" in meta:
-        return "kaldi"
-    if "htk_words_on" in meta:
-        return "htk"
-    if "openfst_type" in meta:
-        return "openfst"
-    if any(k.startswith("k2") for k in meta):
-        return "k2"
-    return "json"
-
-
 def write_rescored(path: str | Path, lattices: Sequence[Lattice], fmt: str) -> list[Path]:
     """Write rescored lattices: one archive/file for Kaldi, k2 and JSON; for HTK and OpenFst (one
     lattice per file) ``path`` is a directory receiving ``<key>.lat`` files."""
@@ -252,5 +234,5 @@ def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure],
         yield results
 
 
-__all__ = ["Failure", "InputSpec", "default_shard", "iter_lattices", "output_format", "parse_shard", "rescore_all",
+__all__ = ["Failure", "InputSpec", "default_shard", "iter_lattices", "parse_shard", "rescore_all",
            "write_rescored"]

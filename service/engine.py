@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lattices.formats import nbest_lattices, read_json_lattices, read_lattices, write_lattices
+from lattices.formats import nbest_lattices, output_format, read_json_lattices, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
 from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
 from lattices.lattice import Lattice, LatticeFormatError
@@ -202,16 +202,6 @@ def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list
     return write_lattices([lattice], fmt).decode("utf-8")
 
 
-def _format_of(lattice: Lattice, requested: str) -> str:
-    if requested in ("nbest-json", "srilm-nbest") or "nbest" in lattice.meta:
-        return "json"  # an n-best list comes back as the lattice of its hypotheses, in the JSON lattice form
-    if requested != "auto":
-        return requested
-    from service.batch import output_format
-
-    return output_format("auto", lattice)
-
-
 def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float | None = None) -> list[dict[str, Any]]:
     """Parse, rescore and serialize every lattice of a request (one result per lattice and LM weight)."""
     settings = runtime.settings
@@ -223,7 +213,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float |
         for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device):
             row = result.to_json()
             if result.lattice is not None:
-                row["lattice"] = serialize_lattice(result.lattice.to("cpu"), _format_of(lattice, request.format))
+                row["lattice"] = serialize_lattice(result.lattice.to("cpu"), output_format(request.format, lattice))
             out.append(row)
         runtime.metrics.lattices.inc()
         runtime.metrics.expanded_arcs.observe(out[-1]["expanded_arcs"])

@@ -28,7 +28,7 @@ Formats (``KEY`` is the lattice key, words are the LM-scored words: epsilons, ``
       KEY 1 START DURATION WORD [CONFIDENCE]
 
 * lattices (``--out``): a Kaldi archive for ``ark,t:`` (text) and ``ark:`` (binary), otherwise
-  the input's format (:func:`service.batch.output_format`). Kaldi archives hold words as
+  the input's format (:func:`lattices.formats.output_format`). Kaldi archives hold words as
   integer ids when the input did or when a symbol table (``--words``) is given, ids of that
   table; a binary archive always does, so it needs the table. HTK and OpenFst lattices are one
   file each: a plain PATH is a directory receiving ``KEY.lat`` / ``KEY.fst.txt``; on standard
@@ -52,7 +52,8 @@ from typing import Protocol
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreResult
 from lattices.times import NoWordTimes, path_word_times
-from service.batch import Failure, output_format, write_rescored
+from lattices.formats import output_format
+from service.batch import Failure, write_rescored
 from service.wspec import ByteStream, OutputError, WriteSpec
 
 __all__ = ["CtmWriter", "JobOutputs", "LatticeWriter", "NbestTextWriter", "OutputError", "OutputOptions",

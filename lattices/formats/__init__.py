@@ -7,6 +7,7 @@ from content when asked to (``"auto"``).
 
   ``read_lattices(data, "kaldi", symbols)``   bytes or text -> list of lattices
   ``write_lattices(lattices, "htk")``         lattices -> bytes (one SLF each for HTK: see there)
+  ``output_format("auto", lattice)``          the format a rescored lattice goes back in
 
 Kaldi archives are text (``ark,t:``) or binary (``ark:``, what decoders write to ``lat.*.gz``):
 bytes that start with a key, a space and an OpenFst FST are read by
@@ -219,6 +220,25 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
     except OSError as err:
         raise LatticeFormatError(f"cannot read: {err.strerror}", source=str(path)) from None
     return read_lattices(data, fmt, symbols, source=str(path))
+
+
+def output_format(fmt: str, first: Lattice | None) -> str:
+    """The format rescored lattices are written in: the input's (``fmt``, or for ``"auto"`` the
+    format ``first`` was read from, by its meta); an n-best list's hypotheses as a JSON lattice."""
+    if fmt in ("nbest-json", "srilm-nbest", "espnet-nbest") or (first is not None and "nbest" in first.meta):
+        return "json"  # the lattice of an n-best list's hypotheses
+    if fmt != "auto" or first is None:
+        return fmt
+    meta = first.meta
+    if "kaldi_type" in meta:
+        return "kaldi"
+    if "htk_words_on" in meta:
+        return "htk"
+    if "openfst_type" in meta:
+        return "openfst"
+    if any(k.startswith("k2") for k in meta):
+        return "k2"
+    return "json"
 
 
 def write_lattices(lattices: Sequence[Lattice], fmt: str, *, binary: bool = False) -> bytes:

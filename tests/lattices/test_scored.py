@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -123,3 +124,33 @@ def test_unknown_score_names_are_named():
         rescore(nbest_to_lattice(nbest()), lm, RescoreOptions(old_lm_score="graph"))
     with pytest.raises(ValueError, match="unk_penalty"):
         RescoreOptions(unk_penalty=math.nan)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_weight_setting_shares_one_grouped_graph(seed):
+    """Each LM weight's Dag reuses the expanded graph's level groupings (Dag.with_scores) and its
+    searches equal those of a Dag built from scratch with the same totals."""
+    from lattices.rescore import score_for_options
+    from lattices.search import Dag
+
+    lattice = random_lattice(seed, num_states=8, extra_arcs=7)
+    _, lm = scorer(seed)
+    options = RescoreOptions(acoustic_scale=0.1, word_penalty=0.5)
+    scored = score_for_options(lattice, lm, options)
+    deadline = time.monotonic() + 3600
+    dags = []
+    for lm_weight in (0.0, 0.5, 2.0):
+        vector = scored.vector(options.weights(lm_weight, scored))
+        dag = scored.dag(vector, deadline=deadline)
+        dag.best_path(), dag.arc_posteriors()  # fill the caches the searches use
+        e = scored.expansion
+        fresh = Dag(e.num_states, 0, e.src, e.dst, scored.arc_parts @ vector, e.finals,
+                    scored.final_parts @ vector, lattice.levels[e.state_orig])
+        assert dag.deadline == deadline
+        assert dag.best_path()[0] == pytest.approx(fresh.best_path()[0], abs=1e-9)
+        assert torch.equal(dag.best_path()[1], fresh.best_path()[1])
+        assert torch.allclose(dag.arc_posteriors(), fresh.arc_posteriors(), atol=1e-12)
+        dags.append(dag)
+    assert {"_arrays", "_by_dst_level", "_by_src_level"} <= set(dags[0].groupings)
+    assert all(d.groupings is dags[0].groupings for d in dags[1:])
+    assert all(d._by_src_level is dags[0]._by_src_level for d in dags[1:])

@@ -1,0 +1,40 @@
+"""The house's layering (DESIGN.md): the core imports only torch, numpy and safetensors, and the
+HTTP engine does not depend on the CLI's batch-job modules. Checked in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SERVING_ONLY = ("fastapi", "uvicorn", "pydantic", "lhotse", "matplotlib", "starlette")
+
+
+def imported_after(statement: str) -> set[str]:
+    """The top-level and ``service.*`` modules a fresh interpreter holds after ``statement``."""
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def core_modules() -> list[str]:
+    return sorted(".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+                  for package in ("lm", "lattices") for p in (REPO / package).rglob("*.py"))
+
+
+def test_the_core_imports_no_serving_library():
+    statement = "\n".join(f"import {name}" for name in core_modules())
+    loaded = imported_after(statement)
+    assert len(core_modules()) > 10
+    assert {name.split(".")[0] for name in loaded} & set(SERVING_ONLY) == set()
+
+
+@pytest.mark.parametrize("module", ["service.engine", "service.app"])
+def test_the_http_engine_does_not_import_the_batch_job_modules(module):
+    loaded = imported_after(f"import {module}")
+    assert module in loaded
+    assert {"service.batch", "service.outputs", "service.cli"} & loaded == set()
