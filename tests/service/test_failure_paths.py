@@ -110,3 +110,15 @@ def test_closed_stdout_ends_quietly(monkeypatch, capsys, tmp_path, model_dir):
         stdout.close()
     captured = capsys.readouterr()
     assert "error" not in captured.err and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("flag, value, field", [("--lm-weight", "nan", "lm_weights"),
+                                                ("--acoustic-scale", "inf", "acoustic_scale"),
+                                                ("--word-penalty", "-inf", "word_penalty"),
+                                                ("--unk-penalty", "nan", "unk_penalty")])
+def test_cli_non_finite_weights_are_one_error_line(capsys, tmp_path, model_dir, flag, value, field):
+    archive = tmp_path / "lats.txt"
+    archive.write_text(BLOCKED)
+    assert main(["rescore", "--model", str(model_dir), str(archive), f"{flag}={value}"]) == 2
+    captured = capsys.readouterr()
+    assert f"{field} must be finite" in captured.err and "Traceback" not in captured.err and captured.out == ""
