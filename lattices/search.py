@@ -274,8 +274,6 @@ class _LevelArcs:
         return _LevelArcs(order, states, local, arc_offsets, [0, *state_ends.tolist()])
 
 
-
-
 def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
     peak = target.scatter_reduce(0, index, values, reduce="amax", include_self=True)
     safe_peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))

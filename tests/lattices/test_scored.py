@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
-from lattices.rescore import RescoreOptions, rescore
+from lattices.rescore import RescoreOptions, rescore, score_for_options
 from lattices.scored import ScoreNameError
+from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.corpus import collate, encode
 from lm.scorer import LMScorer
@@ -130,9 +131,6 @@ def test_unknown_score_names_are_named():
 def test_every_weight_setting_shares_one_grouped_graph(seed):
     """Each LM weight's Dag reuses the expanded graph's level groupings (Dag.with_scores) and its
     searches equal those of a Dag built from scratch with the same totals."""
-    from lattices.rescore import score_for_options
-    from lattices.search import Dag
-
     lattice = random_lattice(seed, num_states=8, extra_arcs=7)
     _, lm = scorer(seed)
     options = RescoreOptions(acoustic_scale=0.1, word_penalty=0.5)
