@@ -10,9 +10,12 @@ Symbols:
   * LM words: every lattice word the model scores (out-of-vocabulary words are scored as the
     model's ``<unk>``, like ``afp score`` does).
   * Skipped symbols carry the history unchanged and get no LM score: epsilon (id 0), ``!NULL``,
-    ``<s>`` and ``</s>`` written in the lattice (the model's own ``<s>`` starts every history and
-    its ``</s>`` is scored at every final state), and non-speech tokens such as ``!SIL``,
-    ``<sil>``, ``[noise]``, ``<SPOKEN_NOISE>``, ``!ENTER``/``!EXIT`` (:data:`DEFAULT_SKIP`).
+    the sentence boundaries written in the lattice (``<s>``/``</s>``, HTK's ``!SENT_START``/
+    ``!SENT_END``: the model's own ``<s>`` starts every history and its ``</s>`` is scored at
+    every final state, so a path's LM score is ``afp score`` of its words), non-speech tokens
+    such as ``!SIL``, ``<sil>``, ``[noise]``, ``<SPOKEN_NOISE>``, ``!ENTER``/``!EXIT``
+    (:data:`DEFAULT_SKIP`), and, whatever the skip list, Kaldi's disambiguation symbols ``#0``,
+    ``#1``, ... (never words: :func:`is_disambiguation`).
 
 The expansion runs level by level over the original states in topological order, on whole
 arrays (no per-arc Python loop): each level takes the (state, history) pairs that arrive from
@@ -46,7 +49,7 @@ PAD = -1
 
 #: symbols that are not words for the language model (matched case-sensitively)
 DEFAULT_SKIP = frozenset({
-    "<eps>", "!NULL", "<s>", "</s>", "!ENTER", "!EXIT", "!SIL", "!sil", "<sil>", "<SIL>", "sil", "SIL",
+    "<eps>", "!NULL", "<s>", "</s>", "!SENT_START", "!SENT_END", "!ENTER", "!EXIT", "!SIL", "!sil", "<sil>", "<SIL>", "sil", "SIL",
     "[noise]", "[NOISE]", "<noise>", "<NOISE>", "[laughter]", "[LAUGHTER]", "<SPOKEN_NOISE>", "[vocalized-noise]",
     "<v-noise>", "[breath]", "[BREATH]", "#0",
 })
@@ -98,13 +101,20 @@ class Expansion:
         return int(self.src.shape[0])
 
 
+def is_disambiguation(symbol: str) -> bool:
+    """Whether ``symbol`` is a Kaldi disambiguation symbol (``#0``, ``#1``, ...): an epsilon of
+    the decoding graph, never a word."""
+    return len(symbol) > 1 and symbol[0] == "#" and symbol[1:].isdigit()
+
+
 def lm_symbol_ids(symbols: Sequence[str], ids: Iterable[int], skip: Iterable[str] = DEFAULT_SKIP) -> list[int]:
-    """Those of the symbol ids ``ids`` that are LM words: not epsilon (id 0), not empty, not in ``skip``.
+    """Those of the symbol ids ``ids`` that are LM words: not epsilon (id 0), not empty, not in
+    ``skip``, not a disambiguation symbol (:func:`is_disambiguation`).
 
     Only ``symbols[i]`` for ``i`` in ``ids`` is read, so the cost is ``len(ids)``, not the table's size.
     """
     skip = skip if isinstance(skip, AbstractSet) else frozenset(skip)
-    return [i for i in ids if i != 0 and symbols[i] and symbols[i] not in skip]
+    return [i for i in ids if i != 0 and symbols[i] and symbols[i] not in skip and not is_disambiguation(symbols[i])]
 
 
 def word_map(symbols: Sequence[str], word_ids: Tensor, skip: Iterable[str] = DEFAULT_SKIP) -> Tensor:

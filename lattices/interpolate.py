@@ -35,6 +35,7 @@ from lattices.scorer import ContextScorer
 
 BOS = "<s>"
 EOS = "</s>"
+UNK = "<unk>"
 #: how far the weights may sum from 1 (they are then normalised exactly)
 WEIGHT_TOLERANCE = 1e-6
 
@@ -53,7 +54,7 @@ class InterpolatedScorer:
     Attributes:
       scorers, weights: the parts kept (weight > 0) and their normalised weights.
       context_size: the largest ``context_size`` of the parts.
-      bos_id, eos_id: 0 and 1.
+      bos_id, eos_id: 0 and 1; unk_id: the id of ``<unk>`` in its table.
       words: ``list[str]``, the interpolated scorer's word table (id -> word).
     """
 
@@ -95,8 +96,13 @@ class InterpolatedScorer:
                                 for table, part in zip(self._tables, self.scorers)]
             return torch.tensor([self._index[w] for w in words], dtype=torch.int64)
 
+    @property
+    def unk_id(self) -> int:
+        """The id of ``<unk>`` in this scorer's table (each part maps it to its own ``<unk>``)."""
+        return int(self.word_ids([UNK])[0])
+
     def known(self, words: Sequence[str]) -> Tensor:
-        """bool ``(len(words),)``: known to at least one part."""
+        """bool ``(len(words),)``: known to at least one part (``<unk>`` is known to none)."""
         words = list(words)
         masks = [part.known(words).to(device="cpu", dtype=torch.bool) for part in self.scorers]
         return torch.stack(masks).any(dim=0) if words else torch.zeros(0, dtype=torch.bool)

@@ -211,10 +211,7 @@ def _check_predicted(expansion: Expansion, arc_lm: Tensor) -> None:
     lattice = expansion.lattice
     arc = int(expansion.arc_orig[bad.nonzero()[0, 0]])
     word = lattice.symbols[int(lattice.words[arc])]
-    if len(word) > 1 and word[0] == "#" and word[1:].isdigit():
-        kind = "a disambiguation symbol"
-    else:
-        kind = {"<s>": "the sentence-start symbol", "<eps>": "the epsilon symbol"}.get(word, "a symbol")
+    kind = {"<s>": "the sentence-start symbol", "<eps>": "the epsilon symbol"}.get(word, "a symbol")
     raise LatticeFormatError(
         f"word {word!r} on arc {arc} (state {int(lattice.src[arc])} -> {int(lattice.dst[arc])}) is {kind} the "
         "language model never predicts (probability 0): remove it from the lattice (Kaldi: fstrmsymbols, or "
@@ -276,9 +273,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
     known = known.to(device)
     is_word = expansion.arc_lm_word != PAD
     arc_symbol = lattice.words[orig]
-    unk_id = getattr(scorer, "unk_id", None)
-    scored_as_unk = ~known if unk_id is None else (new_ids[:-1] == unk_id) | ~known
-    is_unk = is_word & scored_as_unk[arc_symbol]
+    is_unk = is_word & ~known[arc_symbol]  # unknown words: ContextScorer.known
     names = (*columns, *TAIL)
     arc_parts = torch.stack([*(c[0] for c in columns.values()), old_arc, new_arc, is_unk.to(torch.float64),
                              is_word.to(torch.float64)], dim=1)

@@ -16,26 +16,31 @@ from torch import Tensor
 class ContextScorer(Protocol):
     """A finite-context language model seen from the lattice engine.
 
+    Every member is required, and every wrapper (the server's batcher and its deadline view, a
+    mixture) forwards all of them: the engine never guesses, so every front end gets the same answer.
+
     Attributes:
       context_size: tokens of history a prediction depends on (AFP's rho, an n-gram's n-1).
         ``None`` means unbounded: such a model cannot rescore a lattice exactly by expansion.
-      bos_id, eos_id: ids of ``<s>`` and ``</s>``.
+      bos_id, eos_id, unk_id: ids of ``<s>``, ``</s>`` and ``<unk>``.
 
-    A scorer may also have ``unk_id``, the id it scores unknown words as; the engine then counts
-    a word as unknown (for ``unk_penalty``) when it maps to that id, a literal ``<unk>`` in the
-    input included. Without it, the words ``known`` says no to are counted.
+    Unknown words, defined once: a word is *unknown* to a scorer when the scorer scores it as its
+    ``<unk>``: a word it does not have, and the literal ``<unk>`` itself. :meth:`known` says which
+    words are not unknown; the engine's ``unk`` count (and ``unk_penalty``), a result's ``oov``
+    words and ``afp ppl``'s ``oov`` all use this definition.
     """
 
     context_size: int | None
     bos_id: int
     eos_id: int
+    unk_id: int
 
     def word_ids(self, words: Sequence[str]) -> Tensor:
         """int64 ``(len(words),)``: the model's id of each word (unknown words -> its ``<unk>`` id)."""
         ...
 
     def known(self, words: Sequence[str]) -> Tensor:
-        """bool ``(len(words),)``: which words the model has in its vocabulary."""
+        """bool ``(len(words),)``: False for the unknown words (see above), True for the rest."""
         ...
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:

@@ -17,6 +17,7 @@ many as fit a token budget, split between DDP ranks. The readers stream (:func:`
 
 from __future__ import annotations
 
+import gzip
 import math
 import random
 from array import array
@@ -46,7 +47,8 @@ def iter_sentences(path: str | Path, skip_first_field: bool = False, keep_empty:
     """Read one sentence per line, streaming (memory does not grow with the file); blank lines are
     skipped unless ``keep_empty``.
 
-    Lines end where ``str.splitlines`` ends them. Boundary symbols already present at either end
+    A gzip-compressed file (recognised by its magic bytes, whatever its name) is decompressed as
+    it is read. Lines end where ``str.splitlines`` ends them. Boundary symbols already present at either end
     (``<s> a b </s>``) are removed, so text that marks them is read the same as text that does not.
     Errors (raised when iteration reaches them) name the file, and the line for bad UTF-8.
     """
@@ -58,19 +60,30 @@ def iter_sentences(path: str | Path, skip_first_field: bool = False, keep_empty:
     except OSError as err:
         raise CorpusError(f"{path}: cannot read: {err.strerror}") from None
     with file:
-        for lineno, raw in enumerate(file, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise CorpusError(f"{path}: not UTF-8 text at line {lineno} ({err.reason} at byte {err.start} "
-                                  f"of the line)") from None
-            for line in text.splitlines():
-                words = line.split()
-                if skip_first_field:
-                    words = words[1:]
-                words = _strip_boundaries(words)
-                if words or keep_empty:
-                    yield words
+        stream = gzip.GzipFile(fileobj=file) if file.peek(2)[:2] == b"\x1f\x8b" else file
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(stream, 1):
+                yield from _line_sentences(raw, path, lineno, skip_first_field, keep_empty)
+        except (OSError, EOFError) as err:  # a damaged or truncated gzip stream
+            raise CorpusError(f"{path}: cannot decompress after line {lineno}: {err}") from None
+
+
+def _line_sentences(raw: bytes, path: Path, lineno: int, skip_first_field: bool,
+                    keep_empty: bool) -> Iterator[Sentence]:
+    """The sentences of one raw line of ``path`` (see :func:`iter_sentences`)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"{path}: not UTF-8 text at line {lineno} ({err.reason} at byte {err.start} "
+                          f"of the line)") from None
+    for line in text.splitlines():
+        words = line.split()
+        if skip_first_field:
+            words = words[1:]
+        words = _strip_boundaries(words)
+        if words or keep_empty:
+            yield words
 
 
 def _strip_boundaries(words: list[str]) -> list[str]:

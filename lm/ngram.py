@@ -318,8 +318,9 @@ class NgramScorer:
         return torch.tensor([index.get(w, unk) for w in words], dtype=torch.int64)
 
     def known(self, words: Sequence[str]) -> Tensor:
-        """bool ``(len(words),)``: unigrams of the file (``<unk>`` itself counts when listed)."""
-        return torch.tensor([w in self.model for w in words], dtype=torch.bool)
+        """bool ``(len(words),)``: unigrams of the file other than ``<unk>`` (an unknown word,
+        scored as ``<unk>`` or the floor, and ``<unk>`` itself are not known)."""
+        return torch.tensor([w in self.model and w != UNK for w in words], dtype=torch.bool)
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         """float64 ``(M,)`` natural-log ``P(targets[j] | context row target_context[j])`` (see

@@ -40,7 +40,7 @@ class LMScorer:
         return torch.tensor(self.loaded.vocab.encode(list(words)), dtype=torch.int64)
 
     def known(self, words: Sequence[str]) -> Tensor:
-        return torch.tensor([w in self.loaded.vocab for w in words], dtype=torch.bool)
+        return torch.tensor([self.loaded.vocab.is_known(w) for w in words], dtype=torch.bool)
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         return self.loaded.model.score_contexts(contexts, lengths, targets, target_context,

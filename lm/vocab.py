@@ -158,14 +158,23 @@ class Vocabulary:
         return self._index.get(word, self._index[self.unk])
 
     def encode(self, words: Sequence[str], oov_id: int | None = None) -> list[int]:
-        """Ids of ``words``; no boundaries added. Words not in the vocabulary get ``oov_id``, by
-        default the unknown-word id (:mod:`lm.shards` marks them ``-1`` to count them later)."""
-        unk_id = self.unk_id if oov_id is None else oov_id
-        return [self._index.get(w, unk_id) for w in words]
+        """Ids of ``words``; no boundaries added. Unknown words (:meth:`is_known`) get ``oov_id``,
+        by default the unknown-word id (:mod:`lm.shards` marks them ``-1`` to count them later)."""
+        if oov_id is None:
+            unk_id = self.unk_id
+            return [self._index.get(w, unk_id) for w in words]
+        unk = self.unk  # a literal unknown-word symbol is unknown too (see is_known)
+        return [oov_id if w == unk else self._index.get(w, oov_id) for w in words]
+
+    def is_known(self, word: str) -> bool:
+        """False for an *unknown* word, one the model scores as its unknown-word symbol: a word
+        not in the vocabulary, or that symbol itself (``<unk>`` in the text). The one definition
+        of an unknown word (``oov`` counts, the rescoring engine's ``unk`` and its penalty)."""
+        return word in self._index and word != self.unk
 
     def count_oov(self, words: Sequence[str]) -> int:
-        """How many of ``words`` are not in the vocabulary (the unknown symbol itself is not OOV)."""
-        return sum(1 for w in words if w not in self._index)
+        """How many of ``words`` are unknown (:meth:`is_known`; a literal ``<unk>`` counts)."""
+        return sum(1 for w in words if not self.is_known(w))
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.words[i] for i in ids]

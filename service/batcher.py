@@ -90,7 +90,8 @@ class BatchingScorer:
         if max_pairs < 1:
             raise ValueError(f"max_pairs must be positive, got {max_pairs}")
         self.inner = inner
-        self.context_size, self.bos_id, self.eos_id = inner.context_size, inner.bos_id, inner.eos_id
+        self.context_size: int | None = inner.context_size
+        self.bos_id, self.eos_id, self.unk_id = inner.bos_id, inner.eos_id, inner.unk_id
         self.enabled, self.max_wait, self.max_pairs = enabled, max_wait, max_pairs
         self.on_batch = on_batch
         self._model_lock = threading.Lock()
@@ -288,13 +289,19 @@ def _free_cached_memory() -> None:
 
 
 class _Until:
-    """:meth:`BatchingScorer.until`: the batcher's attributes, with a deadline on every score call."""
+    """:meth:`BatchingScorer.until`: the batcher as a :class:`~lattices.scorer.ContextScorer`
+    (every member forwarded), with a deadline on every score call."""
 
     def __init__(self, batcher: BatchingScorer, deadline: float) -> None:
         self._batcher, self._deadline = batcher, deadline
+        self.context_size: int | None = batcher.context_size
+        self.bos_id, self.eos_id, self.unk_id = batcher.bos_id, batcher.eos_id, batcher.unk_id
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._batcher, name)
+    def word_ids(self, words: Sequence[str]) -> Tensor:
+        return self._batcher.word_ids(words)
+
+    def known(self, words: Sequence[str]) -> Tensor:
+        return self._batcher.known(words)
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         timeout = max(0.0, self._deadline - time.monotonic())

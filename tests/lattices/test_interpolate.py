@@ -134,7 +134,7 @@ class Unbounded:
     """A scorer with an unbounded context (an exact RNN)."""
 
     context_size = None
-    bos_id, eos_id = 0, 1
+    bos_id, eos_id, unk_id = 0, 1, 2
 
 
 @pytest.mark.parametrize(("weights", "parts", "message"), [

@@ -42,7 +42,7 @@ def _tensors(value):
 class TinyScorer:
     """A 2-word-context scorer with deterministic log-probabilities (no model)."""
 
-    context_size, bos_id, eos_id = 2, 0, 1
+    context_size, bos_id, eos_id, unk_id = 2, 0, 1, 2
 
     def word_ids(self, words):
         return torch.tensor([2 + (sum(map(ord, w)) % 50) for w in words], dtype=torch.int64)

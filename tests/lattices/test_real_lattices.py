@@ -114,7 +114,7 @@ class _ZeroScorer:
     """A scorer that gives every word log-probability 0 (to search a lattice by its own scores)."""
 
     def __init__(self, inner):
-        self.context_size, self.bos_id, self.eos_id = 1, inner.bos_id, inner.eos_id
+        self.context_size, self.bos_id, self.eos_id, self.unk_id = 1, inner.bos_id, inner.eos_id, inner.unk_id
         self.word_ids, self.known = inner.word_ids, inner.known
 
     def score(self, contexts, lengths, targets, target_context):

@@ -14,7 +14,7 @@ def test_vocabulary_from_sentences_orders_by_count_and_maps_oov():
     vocab = Vocabulary.from_sentences([["b", "a", "b"], ["c", "b", "a"]], max_size=5)
     assert vocab.words == ("<s>", "</s>", "<unk>", "b", "a")  # c (count 1) fell off
     assert vocab.encode(["a", "c", "zzz"]) == [4, vocab.unk_id, vocab.unk_id]
-    assert vocab.count_oov(["a", "c", "<unk>"]) == 1
+    assert vocab.count_oov(["a", "c", "<unk>"]) == 2  # a literal <unk> is unknown too (Vocabulary.is_known)
     assert vocab.predictable_mask() == [False, True, True, True, True]
 
 
@@ -143,3 +143,15 @@ def test_lhotse_bad_manifest_is_a_corpus_error(tmp_path):
 def test_plain_text_is_read_by_load_corpus(tmp_path):
     path = write_text(tmp_path / "text.txt", [["x", "y"]])
     assert load_corpus(path) == [["x", "y"]]
+
+
+def test_gzip_text_is_read_by_its_magic_bytes_and_a_truncated_one_names_the_file(tmp_path):
+    sentences = [["a", "b"], ["c", "d", "e"]] * 500
+    packed = gzip.compress("".join(" ".join(s) + "\n" for s in sentences).encode())
+    (tmp_path / "text.gz").write_bytes(packed)
+    (tmp_path / "noext").write_bytes(packed)  # the name does not matter
+    assert read_sentences(tmp_path / "text.gz") == sentences
+    assert read_sentences(tmp_path / "noext") == sentences
+    (tmp_path / "cut.gz").write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(CorpusError, match=r"cut\.gz: cannot decompress"):
+        read_sentences(tmp_path / "cut.gz")

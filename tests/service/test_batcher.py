@@ -22,7 +22,7 @@ class FakeScorer:
     call, raises on a :data:`BAD` target, and optionally runs out of memory above ``oom_above``
     pairs or blocks its first call until ``gate`` is set."""
 
-    context_size, bos_id, eos_id = 2, 1, 2
+    context_size, bos_id, eos_id, unk_id = 2, 1, 2, 3
 
     def __init__(self, oom: BaseException | None = None, oom_above: int = 0,
                  gate: threading.Event | None = None) -> None:
