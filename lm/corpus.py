@@ -81,12 +81,14 @@ def _line_sentences(raw: bytes, path: Path, lineno: int, skip_first_field: bool,
         words = line.split()
         if skip_first_field:
             words = words[1:]
-        words = _strip_boundaries(words)
+        words = strip_boundaries(words)
         if words or keep_empty:
             yield words
 
 
-def _strip_boundaries(words: list[str]) -> list[str]:
+def strip_boundaries(words: list[str]) -> list[str]:
+    """``words`` without a ``<s>`` at the start and a ``</s>`` at the end (text that marks its
+    sentence boundaries reads the same as text that does not)."""
     if words and words[0] == BOS:
         words = words[1:]
     if words and words[-1] == EOS:
@@ -123,7 +125,7 @@ def iter_lhotse_texts(path: str | Path) -> Iterator[Sentence]:
             raise CorpusError(f"{path}: expected a CutSet or SupervisionSet, got {type(manifest).__name__}")
         for s in supervisions:
             if s.text and s.text.strip():
-                yield _strip_boundaries(s.text.split())
+                yield strip_boundaries(s.text.split())
     except CorpusError:
         raise
     except Exception as err:  # lhotse raises many types for unreadable manifests

@@ -6,14 +6,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from lm.checkpoint import LoadedModel
 from lm.model import DEFAULT_SCORE_ELEMENTS
 from lm.output import resolve_score_precision
+
+
+class SentenceScorer(Protocol):
+    """What sentence scoring needs of a scorer: ``lattices.scorer.ContextScorer``'s members
+    (``lm`` does not import ``lattices``; an :class:`LMScorer` or the server's batcher)."""
+
+    context_size: int | None
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    def word_ids(self, words: Sequence[str]) -> Tensor: ...
+
+    def known(self, words: Sequence[str]) -> Tensor: ...
+
+    def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor: ...
 
 
 class LMScorer:
@@ -47,6 +68,12 @@ class LMScorer:
                                                 max_elements=self.max_elements, precision=self.precision)
 
 
+#: (target, context-slot) numbers one chunk of sentences builds at most (bounds the memory of
+#: :func:`iter_sentence_scores`: its windows and unique-row sort)
+DEFAULT_CHUNK_ELEMENTS = 1 << 23
+PAD = -1
+
+
 def sentence_pairs(sentence_ids: Sequence[Sequence[int]], bos_id: int, eos_id: int,
                    context_size: int | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Every prediction of every sentence as a (context, next token) pair, equal contexts shared.
@@ -55,37 +82,151 @@ def sentence_pairs(sentence_ids: Sequence[Sequence[int]], bos_id: int, eos_id: i
       sentence_ids: word ids of each sentence, without boundaries.
       context_size: tokens of history a prediction sees (None: the whole sentence so far).
     Returns:
-      contexts int64 ``(N, C)`` right-aligned, lengths ``(N,)``, targets ``(M,)``,
-      target_context ``(M,)`` and target_sentence ``(M,)``; the targets of a sentence are its
-      words then ``</s>``, in order.
+      contexts int64 ``(N, C)`` right-aligned (rows in sorted order), lengths ``(N,)``, targets
+      ``(M,)``, target_context ``(M,)`` and target_sentence ``(M,)``; the targets of a sentence
+      are its words then ``</s>``, in order.
     """
-    index: dict[tuple[int, ...], int] = {}
-    targets, target_context, target_sentence = [], [], []
-    for number, words in enumerate(sentence_ids):
-        tokens = [bos_id, *words, eos_id]
-        for t in range(1, len(tokens)):
-            context = tuple(tokens[max(0, t - context_size) if context_size else 0: t])
-            target_context.append(index.setdefault(context, len(index)))
-            targets.append(tokens[t])
-            target_sentence.append(number)
-    width = max((len(c) for c in index), default=1)
-    contexts = torch.zeros(len(index), width, dtype=torch.int64)
-    lengths = torch.zeros(len(index), dtype=torch.int64)
-    for context, row in index.items():
-        contexts[row, width - len(context):] = torch.tensor(context)
-        lengths[row] = len(context)
-    as_tensor = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
-    return contexts, lengths, as_tensor(targets), as_tensor(target_context), as_tensor(target_sentence)
+    sizes = np.fromiter((len(s) + 2 for s in sentence_ids), dtype=np.int64, count=len(sentence_ids))
+    flat = np.empty(int(sizes.sum()), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    flat[starts] = bos_id
+    flat[starts + sizes - 1] = eos_id
+    inner = np.ones(flat.shape[0], dtype=bool)
+    inner[starts] = inner[starts + sizes - 1] = False
+    flat[inner] = np.fromiter((w for s in sentence_ids for w in s), dtype=np.int64, count=int(inner.sum()))
+    windows, target_flat, owner = _windows(flat, starts, sizes, context_size)
+    rows, context_of = np.unique(windows, axis=0, return_inverse=True)
+    contexts = torch.from_numpy(np.where(rows == PAD, 0, rows))
+    lengths = torch.from_numpy((rows != PAD).sum(axis=1))
+    return (contexts, lengths, torch.from_numpy(flat[target_flat]), torch.from_numpy(context_of.reshape(-1)),
+            torch.from_numpy(owner))
 
 
-def score_sentences(scorer: LMScorer | object, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
-    """Token log-probabilities (words then ``</s>``) of each sentence through ``scorer.score``.
+def _windows(flat: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+             context_size: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The context window of every target of the sentences in ``flat`` (``[<s>, words, </s>]``
+    each, sentence ``i`` at ``starts[i]`` with ``sizes[i]`` tokens): int64 ``(M, C)`` padded on
+    the left with :data:`PAD`, each target's position in ``flat`` ``(M,)`` and its sentence ``(M,)``."""
+    owner = np.repeat(np.arange(sizes.shape[0], dtype=np.int64), sizes - 1)
+    first = starts[owner]  # each target's sentence start (its <s>)
+    target = np.delete(np.arange(flat.shape[0], dtype=np.int64), starts)  # every token but the <s>es
+    width = int(sizes.max(initial=2)) - 1 if context_size is None else context_size
+    take = target[:, None] - width + np.arange(width, dtype=np.int64)[None, :]
+    windows = np.where(take >= first[:, None], flat[np.maximum(take, 0)], PAD)
+    return windows, target, owner
 
-    ``scorer`` is an :class:`LMScorer` or anything with its members (a batching wrapper); the
-    numbers equal the sentence forward pass (:func:`lm.evaluate.score_corpus`).
+
+def _chunks(sentences: Iterable[Sequence[str]], context_size: int | None,
+            max_elements: int) -> Iterator[list[Sequence[str]]]:
+    """``sentences`` in consecutive groups whose windows (targets x context width) stay within
+    ``max_elements`` numbers (a longer sentence is a group of its own)."""
+    group: list[Sequence[str]] = []
+    tokens = longest = 0
+    for sentence in sentences:
+        size = len(sentence) + 1
+        wide = max(longest, size)
+        width = wide if context_size is None else context_size
+        if group and (tokens + size) * max(width, 1) > max_elements:
+            yield group
+            group, tokens, wide = [], 0, size
+        group.append(sentence)
+        tokens, longest = tokens + size, wide
+    if group:
+        yield group
+
+
+def iter_sentence_scores(scorer: SentenceScorer, sentences: Iterable[Sequence[str]],
+                         max_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Iterator[Tensor]:
+    """Token log-probabilities of each sentence (float64 ``(len + 1,)``: its words, then
+    ``</s>``), in order, streaming: the one sentence-scoring path of ``afp ppl``, ``afp score``
+    and ``POST /v1/perplexity``.
+
+    Sentences are independent (each starts from ``<s>``). They are taken in consecutive chunks
+    (bounded by ``max_elements`` window slots); within a chunk every distinct (context, word)
+    pair is scored once through ``scorer.score``, as the rescoring engine does, so sentences that
+    share prefixes (an n-best list) share their work. ``scorer`` is an :class:`LMScorer` or
+    anything with its members (the server's batcher), so every front end gets the same numbers
+    for the same model, device and precision. Unknown words are scored as ``<unk>``. A model of
+    unbounded context (exact mode) sees each whole prefix; its work grows with the square of a
+    sentence's length.
     """
-    ids = [scorer.word_ids(list(s)).tolist() for s in sentences]
-    contexts, lengths, targets, target_context, target_sentence = sentence_pairs(
-        ids, scorer.bos_id, scorer.eos_id, scorer.context_size)
-    values = scorer.score(contexts, lengths, targets, target_context).double().cpu()
-    return list(torch.split(values, [len(s) + 1 for s in ids]))
+    for group in _chunks(sentences, scorer.context_size, max_elements):
+        words = [w for s in group for w in s]
+        ids = scorer.word_ids(words).tolist() if words else []
+        per_sentence, at = [], 0
+        for sentence in group:
+            per_sentence.append(ids[at:at + len(sentence)])
+            at += len(sentence)
+        contexts, lengths, targets, target_context, _ = sentence_pairs(
+            per_sentence, scorer.bos_id, scorer.eos_id, scorer.context_size)
+        pairs, pair_of = np.unique(np.stack([target_context.numpy(), targets.numpy()], axis=1), axis=0,
+                                   return_inverse=True)
+        used, context_index = np.unique(pairs[:, 0], return_inverse=True)
+        values = scorer.score(contexts[used], lengths[used], torch.from_numpy(pairs[:, 1].copy()),
+                              torch.from_numpy(context_index.reshape(-1)))
+        values = values.to("cpu", torch.float64)[torch.from_numpy(pair_of.reshape(-1))]
+        yield from torch.split(values, [len(s) + 1 for s in group])
+
+
+def score_sentences(scorer: SentenceScorer, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
+    """:func:`iter_sentence_scores` as a list."""
+    return list(iter_sentence_scores(scorer, sentences))
+
+
+@dataclass(frozen=True)
+class TextScore:
+    """What ``afp ppl`` prints: perplexity over ``tokens`` (words and one ``</s>`` per
+    sentence), natural-log ``logprob``, ``oov`` unknown words (scored as ``<unk>``)."""
+
+    logprob: float
+    tokens: int
+    sentences: int
+    oov: int
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(-self.logprob / self.tokens) if self.tokens else float("nan")
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"ppl": self.ppl, "tokens": self.tokens, "sentences": self.sentences, "oov": self.oov,
+                "logprob": self.logprob}
+
+
+class UnknownCounter:
+    """Counts the unknown words (``ContextScorer.known``) of sentences, asking ``scorer`` once
+    per distinct word."""
+
+    def __init__(self, scorer: SentenceScorer) -> None:
+        self.scorer = scorer
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, words: Sequence[str]) -> int:
+        fresh = [w for w in dict.fromkeys(words) if w not in self._known]
+        if fresh:
+            self._known.update(zip(fresh, self.scorer.known(fresh).tolist()))
+        return sum(1 for w in words if not self._known[w])
+
+
+def text_score(scorer: SentenceScorer, sentences: Iterable[Sequence[str]],
+               on_sentence: Callable[[Sequence[str], Tensor], None] | None = None,
+               max_elements: int = DEFAULT_CHUNK_ELEMENTS) -> TextScore:
+    """Score a text (one sentence per item) with :func:`iter_sentence_scores`, streaming;
+    ``on_sentence`` sees every sentence and its token log-probabilities as they come."""
+    logprob, tokens, count, oov = 0.0, 0, 0, 0
+    pending: deque[Sequence[str]] = deque()  # read by the scorer, not yet reported: one chunk at most
+    unknown = UnknownCounter(scorer)
+
+    def remember(items: Iterable[Sequence[str]]) -> Iterator[Sequence[str]]:
+        for sentence in items:
+            pending.append(sentence)
+            yield sentence
+
+    for values in iter_sentence_scores(scorer, remember(sentences), max_elements):
+        sentence = pending.popleft()
+        if on_sentence is not None:
+            on_sentence(sentence, values)
+        logprob += float(values.sum())
+        tokens += values.numel()
+        count += 1
+        oov += unknown(sentence)
+    return TextScore(logprob=logprob, tokens=tokens, sentences=count, oov=oov)

@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,59 +81,53 @@ def _device(name: str) -> str:
     return str(resolve_device(name))
 
 
-def _read_text(path: str, keep_empty: bool) -> list[list[str]]:
-    from lm.corpus import read_sentences
+def _read_text(path: str, keep_empty: bool) -> Iterator[list[str]]:
+    """The sentences of ``path`` (``-``: stdin), streaming, boundaries stripped as
+    :func:`lm.corpus.iter_sentences` strips them."""
+    from lm.corpus import iter_sentences
 
-    if path == "-":
-        lines = sys.stdin.read().splitlines()
-        sentences = [line.split() for line in lines]
-        return [s for s in sentences if s or keep_empty]
-    return read_sentences(path, keep_empty=keep_empty)
+    return iter_sentences("/dev/stdin" if path == "-" else path, keep_empty=keep_empty)
 
 
 # ---------------------------------------------------------------------------- commands
 def cmd_info(args: argparse.Namespace) -> None:
-    info = _load(args.model, args.device).info()
+    loaded = _load(args.model, args.device)
+    info = {**loaded.info(), "score_precision": _scorer(loaded, args).precision}
     if args.json:
         print(json.dumps(info))
         return
     for key, value in info.items():
         if key != "training":
-            print(f"{key:>13}: {value}")
+            print(f"{key:>15}: {value}")
     for key in ("command", "epochs", "best_valid_ppl"):
         if key in info["training"]:
-            print(f"{key:>13}: {info['training'][key]}")
+            print(f"{key:>15}: {info['training'][key]}")
 
 
 def cmd_ppl(args: argparse.Namespace) -> None:
-    from lm.corpus import encode
-    from lm.evaluate import score_corpus
+    from lm.scorer import text_score
 
-    sentences = _read_text(args.text, keep_empty=False)
     loaded = _load(args.model, args.device)
-    result = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size,
-                          max_elements=args.max_elements).summary()
+    result = text_score(_scorer(loaded, args), _read_text(args.text, keep_empty=False)).to_json()
     if args.json:
         print(json.dumps(result))
     else:
         print(f"ppl {result['ppl']:.2f} over {result['tokens']} tokens in {result['sentences']} sentences "
-              f"({result['oov']} OOV words mapped to {loaded.vocab.unk})")
+              f"({result['oov']} unknown words scored as {loaded.vocab.unk})")
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from lm.corpus import encode
-    from lm.evaluate import score_corpus
+    from lm.scorer import text_score
 
-    sentences = _read_text(args.text, keep_empty=True)
-    loaded = _load(args.model, args.device)
-    scored = score_corpus(loaded.model, encode(sentences, loaded.vocab), batch_size=args.batch_size,
-                          max_elements=args.max_elements)
-    for words, token_logprobs in zip(sentences, scored.token_logprobs):
+    def show(words: Sequence[str], token_logprobs: Any) -> None:
         values = token_logprobs.tolist()
         if args.json:
-            print(json.dumps({"words": words, "logprob": sum(values), "token_logprobs": values}))
+            print(json.dumps({"words": list(words), "logprob": sum(values), "token_logprobs": values}))
         else:
             print(f"{sum(values):.4f}\t{' '.join(words)}")
+
+    loaded = _load(args.model, args.device)
+    text_score(_scorer(loaded, args), _read_text(args.text, keep_empty=True), on_sentence=show)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -347,10 +341,13 @@ def _add_score_precision(p: argparse.ArgumentParser) -> None:
 
 
 def _scorer(loaded, args: argparse.Namespace):
-    """The context scorer of a CLI job: ``loaded`` with ``--score-precision``."""
+    """The context scorer of a CLI job: ``loaded`` with ``--score-precision`` (and, for ``ppl``
+    and ``score``, ``--max-elements``)."""
+    from lm.model import DEFAULT_SCORE_ELEMENTS
     from lm.scorer import LMScorer
 
-    return LMScorer(loaded, precision=args.score_precision or "auto")
+    return LMScorer(loaded, precision=args.score_precision or "auto",
+                    max_elements=getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS)
 
 
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
@@ -472,17 +469,21 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lm.config import DEFAULT_EVAL_ELEMENTS, ModelConfig, PrepareConfig, TrainConfig
+    from lm.config import ModelConfig, PrepareConfig, TrainConfig
+    from lm.model import DEFAULT_SCORE_ELEMENTS
 
     parser = argparse.ArgumentParser(prog="afp", description="Exact lattice rescoring with AFP-rho language models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_model(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", metavar="DIR", help="model directory (default: the bundled model)")
-        p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+        p.add_argument("--device", default="auto",
+                       help="auto (cuda when there is a GPU, else cpu), cpu, cuda or cuda:N (default: auto, as for "
+                            "serve and train)")
 
-    p = sub.add_parser("info", help="describe a model")
+    p = sub.add_parser("info", help="describe a model (and the device and score precision it would run with)")
     with_model(p)
+    _add_score_precision(p)
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=cmd_info)
 
@@ -492,10 +493,10 @@ def build_parser() -> argparse.ArgumentParser:
         with_model(p)
         p.add_argument("--text", required=True, metavar="FILE", help="one sentence per line ('-' = stdin)")
         p.add_argument("--json", action="store_true", help="JSON output")
-        p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-        p.add_argument("--max-elements", type=int, default=DEFAULT_EVAL_ELEMENTS,
+        _add_score_precision(p)
+        p.add_argument("--max-elements", type=_positive, default=DEFAULT_SCORE_ELEMENTS,
                        help="output-layer logits held at once: bounds memory for large vocabularies "
-                            f"(default: {DEFAULT_EVAL_ELEMENTS})")
+                            f"(default: {DEFAULT_SCORE_ELEMENTS})")
         p.set_defaults(func=func)
 
     formats = ["auto", "kaldi", "htk", "k2", "openfst", "json", "nbest-json", "srilm-nbest", "espnet-nbest"]

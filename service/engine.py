@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,8 @@ from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import check_deadline
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
-from lm.scorer import score_sentences
+from lm.corpus import strip_boundaries
+from lm.scorer import text_score
 from lm.vocab import VocabularyError, parse_symbol_table
 from service.batcher import BatchingScorer
 from service.errors import APIError
@@ -221,23 +221,22 @@ def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float |
 
 
 def perplexity_request(sentences: list[str], runtime: Runtime, deadline: float | None = None) -> dict[str, Any]:
-    """Perplexity of independent sentences, scored through the batcher."""
+    """Perplexity of independent sentences: ``afp ppl``'s scoring path (:func:`lm.scorer.text_score`,
+    boundaries stripped as :func:`lm.corpus.strip_boundaries` strips them) through the batcher."""
     settings = runtime.settings
     if len(sentences) > settings.max_sentences:
         raise APIError(422, "too_large", f"{len(sentences)} sentences; the limit is {settings.max_sentences}",
                        field="sentences")
-    words = [s.split() for s in sentences]
+    words = [strip_boundaries(s.split()) for s in sentences]
     for i, w in enumerate(words):
         if len(w) > settings.max_sentence_words:
             raise APIError(422, "too_large", f"sentence {i} has {len(w)} words; the limit is "
                                              f"{settings.max_sentence_words}", field=f"sentences[{i}]")
     check_deadline(deadline)
-    scores = score_sentences(runtime.scorer.until(deadline), words)
-    vocab = runtime.loaded.vocab
-    total = sum(float(s.sum()) for s in scores)
-    tokens = sum(len(w) + 1 for w in words)
-    return {"ppl": math.exp(-total / tokens), "tokens": tokens, "oov": sum(vocab.count_oov(w) for w in words),
-            "per_sentence": [{"logprob": float(s.sum()), "tokens": len(w) + 1} for s, w in zip(scores, words)]}
+    per_sentence: list[dict[str, Any]] = []
+    result = text_score(runtime.scorer.until(deadline), words, on_sentence=lambda _, values: per_sentence.append(
+        {"logprob": float(values.sum()), "tokens": values.numel()}))
+    return {"ppl": result.ppl, "tokens": result.tokens, "oov": result.oov, "per_sentence": per_sentence}
 
 
 __all__ = ["LatticeFormatError", "Runtime", "parse_lattices", "perplexity_request", "rescore_request"]
