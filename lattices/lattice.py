@@ -42,6 +42,8 @@ Operations return new lattices and never change their input.
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -57,14 +59,28 @@ from lattices import topology
 EPSILON = "<eps>"
 
 
+#: a run of more than this many characters without a space in an error message is cut
+MAX_QUOTED = 80
+_LONG_RUN = re.compile(r"\S{%d,}" % (MAX_QUOTED + 1))
+
+
+def shorten(text: str) -> str:
+    """``text`` with every run of more than :data:`MAX_QUOTED` non-space characters cut to its
+    start and its length (``'XXXX…' (1000000 characters)``): an error quotes at most a short
+    excerpt of the input, however long the offending line."""
+    return _LONG_RUN.sub(lambda m: f"{m.group()[:MAX_QUOTED // 2]}… ({len(m.group())} characters)", text)
+
+
 class LatticeFormatError(ValueError):
     """Malformed lattice input. The message names the source, lattice key, line and field where known.
 
-    Attributes ``source``, ``key``, ``line``, ``field`` hold the same facts for programs.
+    Attributes ``source``, ``key``, ``line``, ``field`` hold the same facts for programs. Quoted
+    input (the message, a key) is cut to short excerpts (:func:`shorten`).
     """
 
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None,
                  line: int | None = None, field: str | None = None) -> None:
+        message, key = shorten(message), None if key is None else shorten(key)
         self.reason, self.source, self.key, self.line, self.field = message, source, key, line, field
         where = []
         if source:

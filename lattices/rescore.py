@@ -33,11 +33,13 @@ from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, lattice_word_m
 from lattices.kbest import search_distinct
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
-from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, score_lattice
+from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, WeightError, score_lattice
 from lattices.scorer import ContextScorer
 from lattices.search import Dag, segment_logsumexp
 
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
+#: the request field of each option (where they differ)
+_FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")
 
 __all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "RescoreOptions", "RescoreResult", "prune",
@@ -96,7 +98,12 @@ class RescoreOptions:
                    "score_weights": tuple(w for _, w in self.score_weights)}
         for name, values in numbers.items():
             if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-                raise ValueError(f"{name} must be finite numbers, got {values}")
+                raise WeightError(f"{name} must be finite numbers, got {values}", _FIELDS.get(name, name))
+        for name in ("lm_weights", "old_lm_weight", "acoustic_scale", "score_weights"):
+            negative = [v for v in numbers[name] if v < 0]
+            if negative:  # a scale on a log-probability: below zero it would prefer the least likely
+                raise WeightError(f"{name} must not be negative (a weight of a log-probability), got {negative[0]:g}",
+                                  _FIELDS.get(name, name))
         if self.decode not in DECODERS:
             raise ValueError(f"decode must be one of {DECODERS}, got {self.decode!r}")
         if self.mbr_nbest < 1:

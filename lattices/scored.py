@@ -56,12 +56,37 @@ DEFAULT_ACOUSTIC_SCALE = 0.1
 TAIL = ("old_lm", "new_lm", "unk", "words")
 
 
-class ScoreNameError(ValueError):
-    """A weight names a score the input does not carry; ``field`` is the option that named it."""
+class WeightError(ValueError):
+    """A weight setting that cannot be used; ``field`` is the option at fault (``lm_weight``,
+    ``score_weights``...)."""
 
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class ScoreNameError(WeightError):
+    """A weight names a score the input does not carry."""
+
+
+#: the option that sets each weight of :data:`TAIL` (named scores: ``score_weights``)
+TAIL_OPTIONS = {"old_lm": "old_lm_weight", "new_lm": "lm_weight", "unk": "unk_penalty", "words": "word_penalty"}
+
+
+def check_totals(parts: Tensor, vector: Tensor, names: tuple[str, ...], totals: Tensor, where: str = "") -> None:
+    """Raise :class:`WeightError` when the weighted ``totals`` (float64 ``(X,)`` = ``parts @ vector``,
+    ``parts`` ``(X, C)``) are not all finite: a weight so large that the sum overflows. The
+    error names the weight whose product overflowed first."""
+    if bool(torch.isfinite(totals).all()):
+        return
+    largest = parts.abs().amax(dim=0) if parts.shape[0] else torch.zeros_like(vector)
+    product = largest * vector.abs()
+    culprit = int(torch.argmax(torch.where(torch.isfinite(product), product, torch.inf)))
+    name = names[culprit]
+    option = TAIL_OPTIONS.get(name, "acoustic_scale" if name == "acoustic" else "score_weights")
+    raise WeightError(f"{where}the weighted scores overflow: {option} = {float(vector[culprit]):g} times the "
+                      f"{name} scores (up to {float(largest[culprit]):g}) is not a finite number; use a "
+                      f"smaller weight", option)
 
 
 @dataclass(frozen=True)
@@ -148,7 +173,11 @@ class ScoredLattice:
     def dag(self, vector: Tensor, deadline: float | None = None) -> Dag:
         """The expanded lattice as a :class:`Dag` with the totals under a weight ``vector`` (float64
         ``(C,)``); every call shares one graph and its cached level groupings."""
-        return self._graph.with_scores(self.arc_parts @ vector, self.final_parts @ vector, deadline)
+        arcs, finals = self.arc_parts @ vector, self.final_parts @ vector
+        where = f"lattice {self.lattice.key!r}: "
+        check_totals(self.arc_parts, vector, self.names, arcs, where)
+        check_totals(self.final_parts, vector, self.names, finals, where)
+        return self._graph.with_scores(arcs, finals, deadline)
 
     def first_pass_weights(self, weights: Weights) -> Weights:
         """The first-pass setting: the same named weights and penalty, old LM in full, no new LM."""

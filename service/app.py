@@ -27,7 +27,7 @@ from lattices.expand import ExpansionTooLarge
 from lattices.lattice import LatticeFormatError
 from lattices.ops import DeadlineExceeded
 from service.deps import require_token
-from lattices.scored import ScoreNameError
+from lattices.scored import WeightError
 from service.bodies import document_request_bodies, is_json_type
 from service.encoding import body_decoder
 from service.errors import APIError, handle_api_error, handle_http_exception, handle_validation_error
@@ -213,7 +213,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(perplexity.router, dependencies=secured)
     app.include_router(models.router, dependencies=secured)
     app.include_router(health.router)
-    for client_error in (APIError, LatticeFormatError, ExpansionTooLarge, DeadlineExceeded, ScoreNameError):
+    for client_error in (APIError, LatticeFormatError, ExpansionTooLarge, DeadlineExceeded, WeightError):
         app.add_exception_handler(client_error, handle_api_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)

@@ -10,13 +10,14 @@ The answer is encoded there too (:func:`json_response`): a rescored lattice can 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from lattices.ops import check_deadline
-from service.errors import APIError, json_body_error
+from service.errors import APIError, excerpt, json_body_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -29,11 +30,56 @@ def is_json_type(content_type: str | bytes | None) -> bool:
 
 
 def parse_json(body: bytes) -> Any:
-    """``json.loads(body)``; a body that is not UTF-8, not JSON or nested too deeply is a 422."""
+    """``json.loads(body)``; a 422 for a body that is not UTF-8, not JSON, nested too deeply,
+    beyond Python's number limits (an integer of thousands of digits), holding an object with a
+    key twice, or a string with a lone UTF-16 surrogate escape (``"\\ud800"``: not text, and
+    not encodable in an answer)."""
     try:
-        return json.loads(body)
+        data = json.loads(body, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as err:
         raise (json_body_error(err) or err) from None
+    surrogate = lone_surrogate(body)
+    if surrogate is not None:
+        raise APIError(422, "invalid_request", f"the JSON body holds a lone UTF-16 surrogate escape "
+                                               f"{surrogate}: strings must be Unicode text")
+    return data
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s object hook: a dict, refusing a key given twice (JSON parsers disagree on
+    which value wins, so the request is ambiguous)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _DuplicateKey(f"the key {excerpt(twice, 60)!r} appears twice in one object")
+    return data
+
+
+_SURROGATE = re.compile(rb"(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def lone_surrogate(body: bytes) -> str | None:
+    """The first UTF-16 surrogate escape of JSON text ``body`` that is not half of a pair
+    (``\\ud83d\\ude00`` is one character; ``\\ud800`` alone is none), or None. Only surrogate
+    escapes are looked at (an escape is one behind an odd number of backslashes)."""
+    if b"\\u" not in body:
+        return None
+    escapes = [(m.start(2) - 1, m.end(), int(m.group(2), 16)) for m in _SURROGATE.finditer(body)
+               if len(m.group(1)) % 2 == 1]
+    i = 0
+    while i < len(escapes):
+        _, end, unit = escapes[i]
+        if 0xD800 <= unit < 0xDC00 and i + 1 < len(escapes) and escapes[i + 1][0] == end + 1 \
+                and escapes[i + 1][2] >= 0xDC00:
+            i += 2  # a high surrogate followed at once by a low one: a pair
+            continue
+        return f"\\u{unit:04x}"
+    return None
 
 
 def validate(model: type[M], data: Any) -> M:

@@ -22,6 +22,7 @@ from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, 
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import check_deadline
 from lattices.rescore import RescoreOptions, rescore
+from lattices.scored import WeightError
 from lm.checkpoint import LoadedModel
 from lm.corpus import strip_boundaries
 from lm.scorer import text_score
@@ -190,7 +191,8 @@ def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:
             old_lm_score=request.old_lm_score, unk_penalty=request.unk_penalty, decode=request.decode,
             mbr_nbest=request.mbr_nbest, mbr_scale=request.mbr_scale)
     except ValueError as err:
-        raise APIError(422, "invalid_request", str(err)) from None
+        raise APIError(422, "invalid_request", str(err),
+                       field=err.field if isinstance(err, WeightError) else None) from None
 
 
 def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list[Any]:

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from lattices.expand import ExpansionTooLarge
 from lattices.lattice import LatticeFormatError
-from lattices.scored import ScoreNameError
+from lattices.scored import WeightError
 from lattices.ops import DeadlineExceeded
 
 
@@ -35,7 +35,7 @@ def from_exception(err: Exception) -> APIError:
         return APIError(422, "lattice_format", str(err), key=err.key, line=err.line, field=err.field)
     if isinstance(err, ExpansionTooLarge):
         return APIError(422, "expansion_budget", str(err), key=err.key, budget=err.budget)
-    if isinstance(err, ScoreNameError):
+    if isinstance(err, WeightError):
         return APIError(422, "invalid_request", str(err), field=err.field)
     if isinstance(err, DeadlineExceeded):
         return APIError(503, "timeout", "the request ran out of time")
@@ -52,7 +52,17 @@ def json_body_error(err: BaseException | None) -> APIError | None:
                                                 f"{err.colno})")
     if isinstance(err, RecursionError):
         return APIError(422, "invalid_request", "the JSON body is nested too deeply")
+    if isinstance(err, ValueError):  # Python's own limits, a key given twice (service.bodies)
+        text = str(err)
+        if "integer string conversion" in text:
+            text = "it holds an integer of more than 4300 digits"
+        return APIError(422, "invalid_request", f"the body is not usable JSON: {excerpt(text, 200)}")
     return None
+
+
+def excerpt(text: str, limit: int = 120) -> str:
+    """``text`` cut to at most ``limit`` characters (error bodies stay small, whatever the input)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def empty_body_error(expected: str) -> APIError:

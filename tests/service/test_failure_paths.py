@@ -14,8 +14,8 @@ from service.cli import main
 from tests.factories import WORDS, saved_model
 
 
-# utt1: every path goes through "#1", which the model blocks; utt2 is fine
-BLOCKED = """utt1
+# utt1: every path goes through "#1", a disambiguation symbol (skipped like an epsilon); utt2 is fine
+DISAMBIGUATED = """utt1
 0 1 the 1.5,10,
 1 2 #1 0.5,8,
 2 3 cat 0.5,9,
@@ -36,23 +36,38 @@ def model_dir(tmp_path_factory):
     return saved_model(tmp_path_factory.mktemp("m") / "model", vocab, cell="gru", mode="afp", rho=2)
 
 
-def test_cli_blocked_word_fails_its_lattice_and_the_job_goes_on(capsys, tmp_path, model_dir):
+def test_cli_disambiguation_symbols_are_skipped_not_scored(capsys, tmp_path, model_dir):
     archive, out = tmp_path / "lats.txt", tmp_path / "rescored.txt"
-    archive.write_text(BLOCKED)
-    assert main(["rescore", "--model", str(model_dir), str(archive), "--out", str(out)]) == 2
+    archive.write_text(DISAMBIGUATED)
+    assert main(["rescore", "--model", str(model_dir), str(archive), "--out", str(out)]) == 0
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == ["utt1\tERROR", "utt2 the dog"]
-    assert "word '#1' on arc 1 (state 1 -> 2) is a disambiguation symbol" in captured.err
-    assert "Traceback" not in captured.err
-    assert [lattice.key for lattice in read_lattice_file(out, "kaldi")] == ["utt2"]
+    assert captured.out.splitlines() == ["utt1 the cat", "utt2 the dog"]
+    assert captured.err == ""
+    assert [lattice.key for lattice in read_lattice_file(out, "kaldi")] == ["utt1", "utt2"]
 
 
-def test_http_blocked_word_is_a_422_naming_it(client):
-    r = client.post("/v1/rescore", content=BLOCKED, headers={"content-type": "text/plain"})
-    assert r.status_code == 422, r.text
-    error = r.json()["error"]
-    assert (error["kind"], error["key"], error["field"]) == ("lattice_format", "utt1", "words")
-    assert "'#1'" in error["message"] and "never predicts" in error["message"]
+def test_http_disambiguation_symbols_are_skipped_not_scored(client):
+    r = client.post("/v1/rescore", content=DISAMBIGUATED, headers={"content-type": "text/plain"})
+    assert r.status_code == 200, r.text
+    assert [row["best"]["words"] for row in r.json()["results"]] == [["the", "cat"], ["the", "dog"]]
+    assert [row["best"]["unk"] for row in r.json()["results"]] == [0, 0]
+
+
+def test_a_word_the_model_never_predicts_fails_its_lattice_naming_it(model_dir):
+    """Only reachable from Python, with a skip list that leaves ``<s>`` in: every path of utt1
+    goes through it, so no path has a finite score."""
+    from lattices.formats import read_lattices
+    from lattices.lattice import LatticeFormatError
+    from lattices.rescore import RescoreOptions, rescore
+    from lm.checkpoint import load_checkpoint
+    from lm.scorer import LMScorer
+
+    lattice = read_lattices(DISAMBIGUATED.replace("#1", "<s>"), "kaldi", source="test")[0]
+    scorer = LMScorer(load_checkpoint(model_dir))
+    with pytest.raises(LatticeFormatError, match=r"word '<s>' on arc 1 \(state 1 -> 2\) is the sentence-start "
+                                                 r"symbol the language model never predicts") as err:
+        rescore(lattice, scorer, RescoreOptions(skip_words=frozenset({"<eps>"})))
+    assert (err.value.key, err.value.field) == ("utt1", "words")
 
 
 @pytest.mark.parametrize("path, body, content_type, message", [
@@ -118,7 +133,70 @@ def test_closed_stdout_ends_quietly(monkeypatch, capsys, tmp_path, model_dir):
                                                 ("--unk-penalty", "nan", "unk_penalty")])
 def test_cli_non_finite_weights_are_one_error_line(capsys, tmp_path, model_dir, flag, value, field):
     archive = tmp_path / "lats.txt"
-    archive.write_text(BLOCKED)
+    archive.write_text(DISAMBIGUATED)
     assert main(["rescore", "--model", str(model_dir), str(archive), f"{flag}={value}"]) == 2
     captured = capsys.readouterr()
     assert f"{field} must be finite" in captured.err and "Traceback" not in captured.err and captured.out == ""
+
+
+JSON = {"content-type": "application/json"}
+LONG = "X" * 1_000_000
+
+
+@pytest.mark.parametrize("path, body, message", [
+    ("/v1/perplexity", b'{"sentences": [' + b"1" * 5000 + b"]}", "the body is not usable JSON: it holds an integer of "
+                                                                 "more than 4300 digits"),
+    ("/v1/rescore", b'{"lattice": "x", "nbest": ' + b"1" * 5000 + b"}", "the body is not usable JSON: it holds an integer"),
+    ("/v1/perplexity", b'{"sentences": ["A"], "sentences": ["B"]}', "the body is not usable JSON: the key 'sentences' "
+                                                                  "appears twice in one object"),
+    ("/v1/perplexity", b'{"sentences": ["\\ud800 YEAH"]}', "the JSON body holds a lone UTF-16 surrogate escape \\ud800"),
+    ("/v1/rescore", b'{"lattice": "utt\\n0 1 \\udfff 1,1,\\n1\\n"}', "the JSON body holds a lone UTF-16 surrogate escape "
+                                                                   "\\udfff"),
+    ("/v1/rescore", b'{"lattice": "x", "lm_weight": 1e999}', "lm_weights must be finite numbers"),
+])
+def test_every_way_json_parsing_can_fail_is_a_422(client, path, body, message):
+    r = client.post(path, content=body, headers=JSON)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"].startswith(message), r.json()
+
+
+def test_a_surrogate_pair_is_text_and_accepted(client):
+    r = client.post("/v1/perplexity", content=b'{"sentences": ["\\ud83d\\ude00 the"]}', headers=JSON)
+    assert r.status_code == 200, r.text
+    assert r.json()["oov"] == 1
+
+
+@pytest.mark.parametrize("body", [f"utt\n0 1 the {LONG},1,\n1\n\n", f"utt\n{LONG} 1 the 1,1,\n1\n\n", LONG,
+                                  f"VERSION=1.0\nN=2 L=1\nI=0 W=!NULL\nI=1 W=the\nJ=0 S=0 E=1 a={LONG}\n"])
+def test_error_bodies_quote_only_a_short_excerpt_of_a_huge_line(client, body):
+    r = client.post("/v1/rescore", content=body.encode(), headers={"content-type": "text/plain"})
+    assert r.status_code == 422, r.text[:300]
+    assert len(r.content) < 1000, r.text[:300]
+    assert "(1000000 characters)" in r.text or "(1000002 characters)" in r.text
+
+
+def test_weights_that_overflow_are_a_422_naming_the_weight(client):
+    lattice = DISAMBIGUATED.split("\n\n")[1] + "\n"
+    r = client.post("/v1/rescore", json={"lattice": lattice, "lm_weight": 1e308})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "lm_weight" and "overflow" in error["message"] and "lm_weight = 1e+308" in error["message"]
+
+
+@pytest.mark.parametrize("field, value", [("acoustic_scale", -1), ("old_lm_weight", -0.5), ("lm_weight", [0.5, -1]),
+                                          ("score_weights", {"acoustic": -1})])
+def test_weights_below_zero_are_a_422_naming_the_field(client, field, value):
+    lattice = DISAMBIGUATED.split("\n\n")[1] + "\n"
+    r = client.post("/v1/rescore", json={"lattice": lattice, field: value})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == field and "must not be negative" in r.json()["error"]["message"]
+
+
+def test_cli_weights_that_overflow_or_are_negative_are_one_error_line(capsys, tmp_path, model_dir):
+    archive = tmp_path / "lats.txt"
+    archive.write_text(DISAMBIGUATED)
+    for flag, value, text in (("--lm-weight", "1e308", "the weighted scores overflow: lm_weight = 1e+308"),
+                              ("--acoustic-scale", "-1", "acoustic_scale must not be negative")):
+        assert main(["rescore", "--model", str(model_dir), str(archive), f"{flag}={value}"]) == 2
+        captured = capsys.readouterr()
+        assert text in captured.err and "Traceback" not in captured.err and "no final state" not in captured.err

@@ -74,13 +74,14 @@ def test_every_hypothesis_lm_logprob_is_afp_score(capsys, tmp_path, model_dir):
 
 
 def test_show_first_pass_marks_changes(capsys, tmp_path, model_dir):
-    lists = {"u1": [("the cat sat", {"lm": -1.0}), ("the cat ran", {"lm": -50.0})],
-             "u2": [("a dog", {"lm": -1.0})]}
+    lists = {"u1": [("the cat sat", {"lm": -1.0, "decoder": -10.0}), ("the cat ran", {"lm": -50.0, "decoder": -1.0})],
+             "u2": [("a dog", {"lm": -1.0, "decoder": -1.0})]}
     directory = write_espnet(tmp_path / "decode", lists)
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--format", "espnet-nbest",
                                "--old-lm-weight", "1", "--lm-weight", "0", "--show-first-pass", str(directory)])
     assert captured.out.splitlines() == ["u1 the cat sat", "=u1 the cat sat", "u2 a dog", "=u2 a dog"]
-    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--old-lm-weight", "-1", "--lm-weight", "0",
+    # without the old LM, the decoder score alone prefers "ran"
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--old-lm-weight", "0", "--lm-weight", "0",
                                "--show-first-pass", str(directory)])
     assert captured.out.splitlines()[:2] == ["u1 the cat ran", "*u1 the cat sat"]
 
