@@ -42,6 +42,7 @@ Operations return new lattices and never change their input.
 
 from __future__ import annotations
 
+import json
 import re
 
 import dataclasses
@@ -69,6 +70,20 @@ def shorten(text: str) -> str:
     start and its length (``'XXXX…' (1000000 characters)``): an error quotes at most a short
     excerpt of the input, however long the offending line."""
     return _LONG_RUN.sub(lambda m: f"{m.group()[:MAX_QUOTED // 2]}… ({len(m.group())} characters)", text)
+
+
+def describe(value: Any) -> str:
+    """What a JSON value is, for an error message: a short JSON excerpt of a scalar (``5``,
+    ``"abc"``), ``an empty list`` / ``a list of 3 entries``, ``an object with keys a, b``."""
+    if isinstance(value, list):
+        return "an empty list" if not value else f"a list of {len(value)} {'entry' if len(value) == 1 else 'entries'}"
+    if isinstance(value, dict):
+        keys = ", ".join(str(k) for k in list(value)[:5]) + (", ..." if len(value) > 5 else "")
+        return f"an object with keys {shorten(keys)}" if value else "an empty object"
+    if isinstance(value, (int, float, str, bool, type(None))):
+        text = json.dumps(value)
+        return text if len(text) <= 40 else f"{text[:37]}..."
+    return type(value).__name__
 
 
 class LatticeFormatError(ValueError):

@@ -35,6 +35,7 @@ from service.metrics import Metrics
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("afp.service")
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 _ESCAPE = re.compile(rb"\\.", re.S)
@@ -116,6 +117,11 @@ class BodyLimit:
             await self._answer(error, scope, receive, send)
             return
         body = b"".join(chunks)
+        if decoder is None and body[:2] == GZIP_MAGIC:
+            error = APIError(422, "invalid_request", "the body is gzip-compressed (it starts with gzip's magic bytes) "
+                                                     "but has no Content-Encoding: send it with Content-Encoding: gzip")
+            await self._answer(error, scope, receive, send)
+            return
         if decoder is not None:  # the app sees the plain body
             kept = [(k, v) for k, v in scope.get("headers") or [] if k not in (b"content-encoding", b"content-length")]
             scope = {**scope, "headers": [*kept, (b"content-length", str(len(body)).encode())]}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from lattices.diagnostics import unknown_words_warning
 from lattices.expand import ExpansionTooLarge
 from lattices.formats import read_lattices, write_lattices
 from lattices.lattice import Lattice, LatticeFormatError
@@ -156,10 +157,6 @@ class Failure:
         return {"key": self.key, "error": self.message}
 
 
-#: a lattice with more than this share of OOV words (distinct) triggers the job's warning
-OOV_WARNING_SHARE = 0.5
-
-
 def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: RescoreOptions,
                 device: str | None = None, progress: bool | None = None, old_lm: ContextScorer | None = None,
                 warn: Callable[[str], None] | None = None, workers: int = 1,
@@ -182,14 +179,14 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
     if workers <= 1:
         outcomes: Iterator[list[RescoreResult] | Failure] = (
             _rescore_one(lattice, scorer, options, device, old_lm) for lattice in stream)
-        yield from _warn_once(outcomes, warn)
+        yield from _warn_once(outcomes, warn, scorer)
         return
     from service.batcher import BatchingScorer
 
     batcher = BatchingScorer(scorer, enabled=True, max_pairs=batch_pairs)
     try:
         work = functools.partial(_rescore_one, scorer=batcher, options=options, device=device, old_lm=old_lm)
-        yield from _warn_once(_in_order(stream, work, workers), warn)
+        yield from _warn_once(_in_order(stream, work, workers), warn, scorer)
     finally:
         batcher.close()
 
@@ -219,18 +216,17 @@ def _in_order(items: Iterable[T], fn: Callable[[T], R], workers: int) -> Iterato
                 future.cancel()
 
 
-def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure],
-               warn: Callable[[str], None] | None) -> Iterator[list[RescoreResult] | Failure]:
-    """Pass ``outcomes`` through, warning once when a lattice's words are mostly out of vocabulary."""
+def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure], warn: Callable[[str], None] | None,
+               scorer: ContextScorer) -> Iterator[list[RescoreResult] | Failure]:
+    """Pass ``outcomes`` through, warning once per job when a lattice's words are mostly unknown
+    (:func:`lattices.diagnostics.unknown_words_warning`)."""
     warned = False
     for results in outcomes:
         if not isinstance(results, Failure) and warn is not None and not warned:
-            share = results[0].stats.get("oov_share", 0.0)
-            if share > OOV_WARNING_SHARE:
+            text = unknown_words_warning(results[0].key, results[0].stats, scorer.known)
+            if text is not None:
                 warned = True
-                warn(f"lattice {results[0].key!r}: {share:.0%} of its distinct words are not in the model's "
-                     f"vocabulary (e.g. {', '.join(results[0].stats['oov_words'][:5])}); they are scored as <unk>. "
-                     f"Is the case of the input the model's? (this warning is given once per job)")
+                warn(f"{text} (this warning is given once per job)")
         yield results
 
 

@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from lattices.ops import check_deadline
-from service.errors import APIError, excerpt, json_body_error
+from service.errors import APIError, excerpt, json_body_error, validation_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -83,14 +83,11 @@ def lone_surrogate(body: bytes) -> str | None:
 
 
 def validate(model: type[M], data: Any) -> M:
-    """``model.model_validate(data)``; a 422 naming the first bad field (as FastAPI's own bodies)."""
+    """``model.model_validate(data)``; a 422 naming the first bad field (see :func:`validation_error`)."""
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise APIError(422, "invalid_request", f"{where}: {first['msg']}" if where else first["msg"],
-                       field=where or None) from None
+        raise validation_error(err.errors()) from None
 
 
 def json_response(model: type[BaseModel], content: dict[str, Any], deadline: float | None = None) -> Response:

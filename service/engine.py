@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from lattices.diagnostics import unknown_words_warning
 from lattices.formats import nbest_lattices, output_format, read_json_lattices, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
 from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
@@ -204,22 +205,27 @@ def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list
     return write_lattices([lattice], fmt).decode("utf-8")
 
 
-def rescore_request(request: RescoreRequest, runtime: Runtime, deadline: float | None = None) -> list[dict[str, Any]]:
-    """Parse, rescore and serialize every lattice of a request (one result per lattice and LM weight)."""
+def rescore_request(request: RescoreRequest, runtime: Runtime,
+                    deadline: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parse, rescore and serialize every lattice of a request: one result per lattice and LM
+    weight, and the request's warnings (at most one: mostly unknown words)."""
     settings = runtime.settings
     options = dataclasses.replace(options_for(request, settings), deadline=deadline)
     lattices = parse_lattices(request, settings, deadline)
-    out = []
+    out, warnings = [], []
     for lattice in lattices:
         check_deadline(deadline)
         for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device):
+            warning = None if warnings else unknown_words_warning(result.key, result.stats, runtime.scorer.known)
+            if warning is not None:  # once per request, as afp rescore warns once per job
+                warnings.append(warning)
             row = result.to_json()
             if result.lattice is not None:
                 row["lattice"] = serialize_lattice(result.lattice.to("cpu"), output_format(request.format, lattice))
             out.append(row)
         runtime.metrics.lattices.inc()
         runtime.metrics.expanded_arcs.observe(out[-1]["expanded_arcs"])
-    return out
+    return out, warnings
 
 
 def perplexity_request(sentences: list[str], runtime: Runtime, deadline: float | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lattices.expand import ExpansionTooLarge
-from lattices.lattice import LatticeFormatError
+from lattices.lattice import LatticeFormatError, describe
 from lattices.scored import WeightError
 from lattices.ops import DeadlineExceeded
 
@@ -18,9 +18,11 @@ from lattices.ops import DeadlineExceeded
 class APIError(Exception):
     """An error with an HTTP status and a kind (the ``kind`` field of the body)."""
 
-    def __init__(self, status: int, kind: str, message: str, **details: Any) -> None:
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None,
+                 **details: Any) -> None:
         super().__init__(message)
         self.status, self.kind, self.message, self.details = status, kind, message, details
+        self.headers = dict(headers or {})  # response headers (a 405's Allow)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"kind": self.kind, "message": self.message,
@@ -40,6 +42,42 @@ def from_exception(err: Exception) -> APIError:
     if isinstance(err, DeadlineExceeded):
         return APIError(503, "timeout", "the request ran out of time")
     raise err
+
+
+#: what pydantic's type errors ask for, in words
+_WANTED = {"string_type": "a string", "dict_type": "an object", "list_type": "a list", "float_type": "a number",
+           "float_parsing": "a number", "int_type": "an integer", "int_parsing": "an integer", "bool_type": "a boolean",
+           "bool_parsing": "a boolean", "none_required": "null"}
+
+
+def _is_type_tag(part: Any) -> bool:
+    """Whether a pydantic error location part names a member of a union (``str``,
+    ``list[constrained-float]``) rather than a field or an index."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or not part.isidentifier())
+
+
+def validation_error(errors: list[Any]) -> APIError:
+    """The 422 for pydantic's ``errors`` of a body: the first bad field, named by its path without
+    union member tags (``lattice``, not ``lattice.str``); for a value that fits no member of a
+    union, what the field takes and what it got (``lattice: must be a string, an object or a
+    list, got 5``); otherwise the most specific member's complaint."""
+    def path(error: Any) -> list[Any]:
+        return [p for p in error.get("loc", ()) if not _is_type_tag(p)]
+
+    first = errors[0]
+    top = path(first)
+    # the errors of the same field, members of a union included (a list member's item: lm_weight.1)
+    related = [e for e in errors if path(e)[: len(top)] == top]
+    specific = next((e for e in related if e["type"] not in _WANTED), None)
+    if specific is not None:  # what the closest member of a union says (a list item below zero)
+        where = ".".join(str(p) for p in path(specific))
+        message = str(specific["msg"]).removeprefix("Value error, ")
+    else:
+        where = ".".join(str(p) for p in top)
+        wanted = list(dict.fromkeys(_WANTED[e["type"]] for e in related if path(e) == top))
+        shown = f"{', '.join(wanted[:-1])} or {wanted[-1]}" if len(wanted) > 1 else wanted[0]
+        message = f"must be {shown}, got {describe(first.get('input'))}"
+    return APIError(422, "invalid_request", f"{where}: {message}" if where else message, field=where or None)
 
 
 def json_body_error(err: BaseException | None) -> APIError | None:
@@ -71,8 +109,10 @@ def empty_body_error(expected: str) -> APIError:
 
 
 def error_response(err: APIError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+    headers = dict(err.headers)
+    if err.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(err.body(), status_code=err.status, headers=headers or None)
 
 
 async def handle_api_error(request: Request, err: Exception) -> JSONResponse:
@@ -85,14 +125,14 @@ async def handle_api_error(request: Request, err: Exception) -> JSONResponse:
 
 async def handle_validation_error(request: Request, err: Exception) -> JSONResponse:
     assert isinstance(err, RequestValidationError)
-    first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    errors = [{**e, "loc": tuple(p for p in e.get("loc", ()) if p != "body")} for e in err.errors()] or [
+        {"loc": (), "msg": "invalid request", "type": "invalid"}]
     api = json_body_error(err.__cause__)  # FastAPI raises it from the JSONDecodeError of the body
+    first = err.errors()[0] if err.errors() else {}
     if api is None and tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
         api = empty_body_error("a JSON object")
     if api is None:
-        api = APIError(422, "invalid_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg")),
-                       field=where or None)
+        api = validation_error(errors)
     return await handle_api_error(request, api)
 
 
@@ -104,6 +144,6 @@ async def handle_http_exception(request: Request, err: Exception) -> JSONRespons
     if err.status_code == 400:  # FastAPI's body parsing: the cause says what was wrong with the body
         api = json_body_error(err.__cause__) or APIError(422, "invalid_request",
                                                          f"the request body cannot be parsed: {err.detail}")
-    else:
-        api = APIError(err.status_code, "http_error", str(err.detail))
+    else:  # its headers go along: a 405's Allow (RFC 9110 section 15.5.6)
+        api = APIError(err.status_code, "http_error", str(err.detail), headers=dict(err.headers or {}))
     return await handle_api_error(request, api)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from lattices.lattice import describe
 
 LatticeFormat = Literal["auto", "kaldi", "htk", "openfst", "json", "k2", "nbest-json", "srilm-nbest"]
+#: formats whose lattice is text (a JSON string), and those whose lattice is a JSON object or list
+TEXT_FORMATS = ("kaldi", "htk", "openfst", "srilm-nbest")
+OBJECT_FORMATS = ("k2",)
+#: a finite number; a finite number that is not negative (a weight of a log-probability)
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 KALDI_EXAMPLE = "utt1\n0 1 YEAH 1.5,120.2,\n0 1 YES 2.0,119.0,\n1 2 I 1.0,80.5,\n2 3 THINK 2.5,150.0,\n3 4 SO 1.0,90.0,\n4\n"
 
@@ -17,38 +25,56 @@ class RescoreOptionsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nbest: int = Field(default=1, ge=1, description="distinct word sequences to return")
-    lm_weight: float | list[float] = Field(default=1.0, description="new-LM weight, or a list evaluated in one pass")
-    old_lm_weight: float = Field(default=0.0, description="0 replaces the old LM, 1 keeps it, between interpolates")
-    acoustic_scale: float | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
-    word_penalty: float | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
+    lm_weight: Weight | Annotated[list[Weight], Field(min_length=1, max_length=32)] = Field(
+        default=1.0, description="new-LM weight, or a list of 1 to 32 evaluated in one pass")
+    old_lm_weight: Weight = Field(default=0.0, description="0 replaces the old LM, 1 keeps it, between interpolates")
+    acoustic_scale: Weight | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
+    word_penalty: Finite | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
     prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")
     prune_if_too_large: bool = Field(default=False, description="on budget overflow, prune (beam 10, then "
                                                                 "halving) instead of failing")
     posteriors: bool = Field(default=False, description="word posteriors of the best path")
     return_lattice: bool = Field(default=False, description="return the rescored lattice in the input format")
-    score_weights: dict[str, float] | None = Field(
+    score_weights: dict[str, Weight] | None = Field(
         default=None, description="weights of named first-pass scores, e.g. {\"decoder\": 0.6, \"ctc\": 0.4}; unset "
                                   "names weigh 1 (acoustic: acoustic_scale)")
     old_lm_score: str | None = Field(default=None, description="the named score that is the old LM (default lm, "
                                                                "else graph)")
-    unk_penalty: float = Field(default=0.0, description="log-probability added to each word scored as <unk>")
+    unk_penalty: Finite = Field(default=0.0, description="log-probability added to each word scored as <unk>")
     decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
     mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
-    mbr_scale: float = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
+    mbr_scale: Finite = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
 
 
 class RescoreRequest(RescoreOptionsModel):
     """A lattice (or an archive of them) and the rescoring options."""
 
     format: LatticeFormat = Field(default="auto", description="lattice format; auto guesses from the content")
-    lattice: str | dict[str, Any] | list[Any] = Field(
+    lattice: str | dict[str, Any] | Annotated[list[Any], Field(min_length=1)] = Field(
         description="Kaldi text archive, HTK SLF, OpenFst text or an SRILM n-best list as a string; a JSON lattice "
                     "object (or list); an n-best list {key, hypotheses: [{words, scores: {name: number}}]} (or a "
                     "list of them); for k2 an object {arcs: [[src, dst, label, score], ...], aux_labels: [...], "
                     "lm_scores: [...]} (or a list of them), which format auto recognizes")
     words: str | None = Field(default=None, description="symbol table text (words.txt) for integer word ids")
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    @field_validator("lattice")
+    @classmethod
+    def _lattice_fits_format(cls, lattice: Any, info: ValidationInfo) -> Any:
+        """A text format's lattice is a string, a k2 lattice an object or a list (the schema's
+        ``allOf``: the same rule, so the schema accepts what the server accepts)."""
+        fmt = info.data.get("format", "auto")
+        if fmt in TEXT_FORMATS and not isinstance(lattice, str):
+            raise ValueError(f"a {fmt} lattice is sent as a string (its text), got {describe(lattice)}")
+        if fmt in OBJECT_FORMATS and isinstance(lattice, str):
+            raise ValueError(f"a {fmt} lattice is sent as a JSON object (or a list of them), not a string")
+        return lattice
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [
+        {"if": {"properties": {"format": {"enum": list(TEXT_FORMATS)}}, "required": ["format"]},
+         "then": {"properties": {"lattice": {"type": "string"}}}},
+        {"if": {"properties": {"format": {"enum": list(OBJECT_FORMATS)}}, "required": ["format"]},
+         "then": {"properties": {"lattice": {"type": ["object", "array"]}}}},
+    ], "examples": [
         {"format": "kaldi", "lattice": KALDI_EXAMPLE, "nbest": 2},
         {"format": "json", "lattice": {"key": "utt1", "start": 0, "arcs": [[0, 1, "YEAH", -120.2, -1.5],
                                                                            [1, 2, "RIGHT", -90.0, -2.0]],
@@ -105,6 +131,9 @@ class LatticeResult(BaseModel):
 
 class RescoreResponse(BaseModel):
     results: list[LatticeResult]
+    warnings: list[str] = Field(default_factory=list, description="what the request should check, e.g. a "
+                                "lattice whose words are mostly unknown to the model (given once per request, as "
+                                "afp rescore warns once per job)")
 
 
 class PerplexityRequest(BaseModel):

@@ -33,7 +33,7 @@ import json
 import math
 from typing import Any
 
-from lattices.lattice import EPSILON, Lattice, LatticeFormatError
+from lattices.lattice import EPSILON, Lattice, LatticeFormatError, describe
 
 _NAMES = ("key", "start", "arcs", "finals", "num_states", "meta")
 
@@ -49,14 +49,14 @@ class _Json:
 
     def integer(self, value: Any, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(f"must be an integer, got {_show(value)}", path)
+            raise self.fail(f"must be an integer, got {describe(value)}", path)
         if value < 0:
             raise self.fail(f"must not be negative, got {value}", path)
         return value
 
     def number(self, value: Any, path: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"must be a number, got {_show(value)}", path)
+            raise self.fail(f"must be a number, got {describe(value)}", path)
         try:
             result = float(value)
         except OverflowError:
@@ -68,16 +68,11 @@ class _Json:
     def rows(self, obj: dict[str, Any], name: str, width: int) -> list[list[Any]]:
         rows = obj[name]
         if not isinstance(rows, list):
-            raise self.fail(f"must be a list, got {_show(rows)}", name)
+            raise self.fail(f"must be a list, got {describe(rows)}", name)
         for i, row in enumerate(rows):
             if not isinstance(row, list) or len(row) != width:
-                raise self.fail(f"must be a list of {width} entries, got {_show(row)}", f"{name}[{i}]")
+                raise self.fail(f"must be a list of {width} entries, got {describe(row)}", f"{name}[{i}]")
         return rows
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def lattice_from_json(obj: Any, source: str | None = None) -> Lattice:
@@ -90,7 +85,7 @@ def lattice_from_json(obj: Any, source: str | None = None) -> Lattice:
             line = getattr(exc, "lineno", None)
             raise LatticeFormatError(f"not valid JSON: {getattr(exc, 'msg', exc)}", source=source, line=line) from None
     if not isinstance(obj, dict):
-        raise j.fail(f"a lattice must be a JSON object, got {_show(obj)}", None)
+        raise j.fail(f"a lattice must be a JSON object, got {describe(obj)}", None)
     if isinstance(obj.get("key"), str):
         j.key = obj["key"]
     unknown = [name for name in obj if name not in _NAMES]
@@ -100,14 +95,14 @@ def lattice_from_json(obj: Any, source: str | None = None) -> Lattice:
         if name not in obj:
             raise j.fail("is missing", name)
     if not isinstance(obj["key"], str):
-        raise j.fail(f"must be a string, got {_show(obj['key'])}", "key")
+        raise j.fail(f"must be a string, got {describe(obj['key'])}", "key")
     start = j.integer(obj["start"], "start")
     symbols, ids = [EPSILON], {EPSILON: 0}
     arcs = []
     for i, (src, dst, word, acoustic, graph) in enumerate(j.rows(obj, "arcs", 5)):
         path = f"arcs[{i}]"
         if word is not None and (not isinstance(word, str) or not word):
-            raise j.fail(f"a word must be a non-empty string or null, got {_show(word)}", f"{path}[2]")
+            raise j.fail(f"a word must be a non-empty string or null, got {describe(word)}", f"{path}[2]")
         if word is not None and word not in ids:
             ids[word] = len(symbols)
             symbols.append(word)
@@ -131,7 +126,7 @@ def lattice_from_json(obj: Any, source: str | None = None) -> Lattice:
                      "(states outside them could not be reached)", "num_states")
     meta = obj.get("meta", {})
     if not isinstance(meta, dict):
-        raise j.fail(f"must be an object, got {_show(meta)}", "meta")
+        raise j.fail(f"must be an object, got {describe(meta)}", "meta")
     try:
         return Lattice.from_arcs(obj["key"], arcs, finals, tuple(symbols), start=start, num_states=num_states,
                                  meta=json.loads(json.dumps(meta)))

@@ -68,7 +68,7 @@ from typing import Any
 
 import torch
 
-from lattices.lattice import EPSILON, Lattice, LatticeFormatError
+from lattices.lattice import EPSILON, Lattice, LatticeFormatError, describe
 
 #: natural log of one bytelog unit: SRILM's BytelogToLogP is bytelog * 1024 / 10000.5 / ln(10) in log10
 BYTELOG_TO_LN = 1024.0 / 10000.5
@@ -459,11 +459,6 @@ def _path_name(name: str) -> str:
     return f".{name}" if name.isidentifier() else f"[{json.dumps(name)}]"
 
 
-def _show(value: Any) -> str:
-    text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
-    return _short(text)
-
-
 def nbest_from_json(obj: Any, source: str | None = None) -> list[NBestList]:
     """N-best lists from the JSON form in the module docstring (a parsed object or text)."""
     if isinstance(obj, (str, bytes, bytearray)):
@@ -478,7 +473,7 @@ def nbest_from_json(obj: Any, source: str | None = None) -> list[NBestList]:
             raise LatticeFormatError("unknown name next to 'nbest' (nothing else is allowed there)", source=source,
                                      field=str(unknown[0]))
         if not isinstance(obj["nbest"], list):
-            raise LatticeFormatError(f"must be a list, got {_show(obj['nbest'])}", source=source, field="nbest")
+            raise LatticeFormatError(f"must be a list, got {describe(obj['nbest'])}", source=source, field="nbest")
         return [_list_from_json(item, source, f"nbest[{i}]") for i, item in enumerate(obj["nbest"])]
     if isinstance(obj, list):
         return [_list_from_json(item, source, f"[{i}]") for i, item in enumerate(obj)]
@@ -493,7 +488,7 @@ def _list_from_json(obj: Any, source: str | None, prefix: str) -> NBestList:
         return LatticeFormatError(message, source=source, key=key, field=field)
 
     if not isinstance(obj, dict):
-        raise fail(f"an n-best list must be a JSON object, got {_show(obj)}", "")
+        raise fail(f"an n-best list must be a JSON object, got {describe(obj)}", "")
     unknown = [name for name in obj if name not in _LIST_NAMES]
     if unknown:
         raise fail(f"unknown name (allowed: {', '.join(_LIST_NAMES)})", str(unknown[0]))
@@ -501,15 +496,15 @@ def _list_from_json(obj: Any, source: str | None, prefix: str) -> NBestList:
         if name not in obj:
             raise fail("is missing", name)
     if not isinstance(obj["key"], str) or not obj["key"]:
-        raise fail(f"must be a non-empty string, got {_show(obj['key'])}", "key")
+        raise fail(f"must be a non-empty string, got {describe(obj['key'])}", "key")
     items = obj["hypotheses"]
     if not isinstance(items, list) or not items:
-        raise fail(f"must be a non-empty list, got {_show(items)}", "hypotheses")
+        raise fail(f"must be a non-empty list, got {describe(items)}", "hypotheses")
     hypotheses = []
     for i, item in enumerate(items):
         path = f"hypotheses[{i}]"
         if not isinstance(item, dict):
-            raise fail(f"a hypothesis must be a JSON object, got {_show(item)}", path)
+            raise fail(f"a hypothesis must be a JSON object, got {describe(item)}", path)
         unknown = [name for name in item if name not in _HYP_NAMES]
         if unknown:
             raise fail(f"unknown name (allowed: {', '.join(_HYP_NAMES)})", f"{path}.{unknown[0]}")
@@ -521,22 +516,22 @@ def _list_from_json(obj: Any, source: str | None, prefix: str) -> NBestList:
         elif isinstance(words, list):
             for j, word in enumerate(words):
                 if not isinstance(word, str) or not word or word.split() != [word]:
-                    raise fail(f"a word must be a non-empty string without white space, got {_show(word)}",
+                    raise fail(f"a word must be a non-empty string without white space, got {describe(word)}",
                                f"{path}.words[{j}]")
         else:
-            raise fail(f"must be a string or a list of strings, got {_show(words)}", f"{path}.words")
+            raise fail(f"must be a string or a list of strings, got {describe(words)}", f"{path}.words")
         raw = item.get("scores", {})
         if not isinstance(raw, dict):
-            raise fail(f"must be an object of named scores, got {_show(raw)}", f"{path}.scores")
+            raise fail(f"must be an object of named scores, got {describe(raw)}", f"{path}.scores")
         scores = {}
         for name, value in raw.items():
             if not isinstance(name, str):
-                raise fail(f"score names must be strings, got {_show(name)}", f"{path}.scores")
+                raise fail(f"score names must be strings, got {describe(name)}", f"{path}.scores")
             where = f"{path}.scores{_path_name(name)}"
             if not name:
                 raise fail("score names must be non-empty", where)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise fail(f"must be a number, got {_show(value)}", where)
+                raise fail(f"must be a number, got {describe(value)}", where)
             try:
                 number = float(value)
             except OverflowError:

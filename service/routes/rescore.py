@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from service.bodies import json_response, parse_json, validate
+from service.bodies import is_json_type, json_response, parse_json, validate
 from service.deps import RuntimeDep, in_worker
 from service.engine import Runtime, rescore_request
-from service.errors import APIError, empty_body_error
+from service.errors import APIError, empty_body_error, excerpt
 from service.schemas import KALDI_EXAMPLE, ErrorResponse, RescoreOptionsModel, RescoreRequest, RescoreResponse
 
 router = APIRouter(tags=["rescoring"])
@@ -24,12 +25,48 @@ _BODY = {
 }
 
 
+def _query_parameters() -> list[dict[str, Any]]:
+    """The OpenAPI ``parameters`` of a raw-body request: one optional query parameter per
+    option of :class:`RescoreOptionsModel` (and ``format``), as :func:`_from_query` reads them."""
+    schema = RescoreRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    out = []
+    for name in ("format", *RescoreOptionsModel.model_fields):
+        field = schema["properties"][name]
+        if name == "lm_weight":
+            prop: dict[str, Any] = {"type": "array", "items": {"type": "number", "minimum": 0}, "maxItems": 32}
+            text = "new-LM weight; repeat it (lm_weight=0.3&lm_weight=0.5) for several in one pass"
+        elif name == "score_weights":
+            prop = {"type": "string", "pattern": r"^\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*(,\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*)*$"}
+            text = "weights of named first-pass scores as NAME=W,NAME=W (decoder=0.6,ctc=0.4)"
+        else:
+            prop = {k: v for k, v in field.items() if k not in ("title", "description", "default")}
+            text = field.get("description", "")
+        out.append({"name": name, "in": "query", "required": False, "schema": prop,
+                    "description": f"with a raw text body: {text}", "explode": name == "lm_weight"})
+    return out
+
+
+def _score_weights(text: str) -> dict[str, str]:
+    """``decoder=0.6,ctc=0.4`` -> ``{"decoder": "0.6", "ctc": "0.4"}`` (validated as numbers later)."""
+    weights = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise APIError(422, "invalid_request", f"score_weights {excerpt(text, 80)!r}: expected NAME=WEIGHT,"
+                                                   f"NAME=WEIGHT... (decoder=0.6,ctc=0.4)", field="score_weights")
+        weights[name.strip()] = value.strip()
+    return weights
+
+
 def _from_query(query: list[tuple[str, str]], text: str) -> RescoreRequest:
-    """The request of a raw text body: ``text`` with the options of the query string."""
+    """The request of a raw text body: ``text`` with the options of the query string (``lm_weight``
+    may repeat; ``score_weights`` is ``NAME=W,NAME=W``)."""
     params: dict[str, Any] = {}
     for name, value in query:
         if name == "lm_weight":
             params.setdefault("lm_weight", []).append(value)
+        elif name == "score_weights":
+            params[name] = _score_weights(value)
         else:
             params[name] = value
     if len(params.get("lm_weight", [])) == 1:
@@ -43,24 +80,42 @@ def _from_query(query: list[tuple[str, str]], text: str) -> RescoreRequest:
 def parse_body(body: bytes, content_type: str, query: list[tuple[str, str]]) -> RescoreRequest:
     """The :class:`RescoreRequest` of a body: JSON (``application/json``), else lattice text with
     the options in ``query``. Runs in a worker thread: parsing a large body takes a while."""
-    if content_type == "application/json":
+    if is_json_type(content_type):
+        if query:
+            raise APIError(422, "invalid_request", "a JSON body carries its options itself: query parameters are "
+                                                   "read with a raw text body only", field=query[0][0])
         return validate(RescoreRequest, parse_json(body))
+    head = body.lstrip()[:1]
+    if head == b"{" and b'"lattice"' in body and _is_request_object(body):
+        raise APIError(422, "invalid_request", f"this body is a JSON RescoreRequest: send it with Content-Type: "
+                                               f"application/json (it came as {content_type or 'no Content-Type'})")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise APIError(422, "invalid_request", f"body is not UTF-8 text (byte {err.start})") from None
+        raise APIError(422, "invalid_request", f"the body is not UTF-8 text (byte {err.start}): send lattice text as "
+                                               f"UTF-8, or a JSON RescoreRequest as application/json") from None
     return _from_query(query, text)
+
+
+def _is_request_object(body: bytes) -> bool:
+    """Whether ``body`` is a JSON object with a ``lattice`` field (a request sent as text)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "lattice" in data
 
 
 def rescore_body(body: bytes, content_type: str, query: list[tuple[str, str]], runtime: Runtime,
                  deadline: float | None = None) -> Response:
     """Parse a request body, rescore its lattices and encode the answer (in a worker thread,
     under the deadline)."""
-    results = rescore_request(parse_body(body, content_type, query), runtime, deadline)
-    return json_response(RescoreResponse, {"results": results}, deadline)
+    results, warnings = rescore_request(parse_body(body, content_type, query), runtime, deadline)
+    return json_response(RescoreResponse, {"results": results, "warnings": warnings}, deadline)
 
 
-@router.post("/v1/rescore", response_model=RescoreResponse, openapi_extra={"requestBody": _BODY},
+@router.post("/v1/rescore", response_model=RescoreResponse,
+             openapi_extra={"requestBody": _BODY, "parameters": _query_parameters()},
              responses={413: {"model": ErrorResponse}, 415: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
                         503: {"model": ErrorResponse}},
              summary="Rescore lattices exactly with the AFP model")

@@ -94,8 +94,15 @@ def test_readers_share_one_table_and_index_it_once(monkeypatch):
     assert k2.symbols is table
 
 
+def test_a_disambiguation_symbol_is_skipped_whatever_the_skip_list():
+    vocab = Vocabulary(("<eps>", "<s>", "</s>", "<unk>", "#0", "#1", *WORDS))
+    (lattice,) = read_lattices(ARCHIVE.replace("!SIL", "#1"), "kaldi")
+    for skip in (DEFAULT_SKIP, frozenset()):
+        (result,) = rescore(lattice, lm_scorer(vocab), RescoreOptions(skip_words=skip))
+        assert "#1" not in result.best.words and result.best.unk == 0
+
+
 @pytest.mark.parametrize("word, skip, kind", [
-    ("#1", DEFAULT_SKIP, "a disambiguation symbol"),
     ("<s>", DEFAULT_SKIP - {"<s>"}, "the sentence-start symbol"),
 ])
 def test_a_word_the_model_never_predicts_is_named(word, skip, kind):

@@ -327,7 +327,7 @@ def test_a_timed_out_request_keeps_its_worker_slot_until_its_work_stops(model_di
     def stuck(request, runtime, deadline=None):  # work that ignores its deadline until released
         calls.append(deadline)
         release.wait(30)
-        return []
+        return [], []
 
     monkeypatch.setattr(route, "rescore_request", stuck)
     with client_for(model_dir, request_timeout_s=0.2, workers=1) as c:
@@ -343,7 +343,7 @@ def test_a_timed_out_request_keeps_its_worker_slot_until_its_work_stops(model_di
                 break
             time.sleep(0.01)
         assert limiter.borrowed_tokens == 0
-        assert c.post("/v1/rescore", json=body).json() == {"results": []}
+        assert c.post("/v1/rescore", json=body).json() == {"results": [], "warnings": []}
         assert len(calls) == 2 and c.get("/healthz").status_code == 200
 
 

@@ -3,6 +3,7 @@ line and a non-zero status for that input only; never a traceback or a 500."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -152,7 +153,8 @@ LONG = "X" * 1_000_000
     ("/v1/perplexity", b'{"sentences": ["\\ud800 YEAH"]}', "the JSON body holds a lone UTF-16 surrogate escape \\ud800"),
     ("/v1/rescore", b'{"lattice": "utt\\n0 1 \\udfff 1,1,\\n1\\n"}', "the JSON body holds a lone UTF-16 surrogate escape "
                                                                    "\\udfff"),
-    ("/v1/rescore", b'{"lattice": "x", "lm_weight": 1e999}', "lm_weights must be finite numbers"),
+    ("/v1/rescore", b'{"lattice": "x", "lm_weight": 1e999}', "lm_weight: Input should be a finite number"),
+    ("/v1/rescore", b'{"lattice": "x", "unk_penalty": NaN}', "unk_penalty: Input should be a finite number"),
 ])
 def test_every_way_json_parsing_can_fail_is_a_422(client, path, body, message):
     r = client.post(path, content=body, headers=JSON)
@@ -189,7 +191,8 @@ def test_weights_below_zero_are_a_422_naming_the_field(client, field, value):
     lattice = DISAMBIGUATED.split("\n\n")[1] + "\n"
     r = client.post("/v1/rescore", json={"lattice": lattice, field: value})
     assert r.status_code == 422, r.text
-    assert r.json()["error"]["field"] == field and "must not be negative" in r.json()["error"]["message"]
+    assert r.json()["error"]["field"].split(".")[0] == field
+    assert "greater than or equal to 0" in r.json()["error"]["message"]
 
 
 def test_cli_weights_that_overflow_or_are_negative_are_one_error_line(capsys, tmp_path, model_dir):
@@ -200,3 +203,85 @@ def test_cli_weights_that_overflow_or_are_negative_are_one_error_line(capsys, tm
         assert main(["rescore", "--model", str(model_dir), str(archive), f"{flag}={value}"]) == 2
         captured = capsys.readouterr()
         assert text in captured.err and "Traceback" not in captured.err and "no final state" not in captured.err
+
+
+def test_a_json_request_sent_without_its_content_type_is_told_so(client):
+    lattice = DISAMBIGUATED.split("\n\n")[1] + "\n"
+    for headers in ({"content-type": "application/x-www-form-urlencoded"}, {"content-type": "text/plain"}):
+        r = client.post("/v1/rescore", content=json.dumps({"lattice": lattice}).encode(), headers=headers)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["message"].startswith("this body is a JSON RescoreRequest: send it with Content-Type: "
+                                                       "application/json")
+    r = client.post("/v1/perplexity", content=b'{"sentences": ["the"]}', headers={"content-type": "text/plain"})
+    assert r.status_code == 422 and "send a JSON object (Content-Type: application/json)" in r.json()["error"]["message"]
+
+
+def test_a_gzip_body_without_content_encoding_is_recognised(client):
+    import gzip
+
+    for path in ("/v1/rescore", "/v1/perplexity"):
+        r = client.post(path, content=gzip.compress(DISAMBIGUATED.encode()), headers={"content-type": "text/plain"})
+        assert r.status_code == 422, r.text
+        assert "gzip-compressed" in r.json()["error"]["message"] and "Content-Encoding: gzip" in r.json()["error"]["message"]
+
+
+def test_query_options_take_score_weights_as_name_equals_weight(client):
+    text = {"content-type": "text/plain"}
+    r = client.post("/v1/rescore?score_weights=acoustic=0.5", content=DISAMBIGUATED, headers=text)
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["score_weights"] == {"acoustic": 0.5}
+    two = client.post("/v1/rescore?score_weights=acoustic=0.5,%20ctc=0.4", content=DISAMBIGUATED, headers=text)
+    assert two.status_code == 422 and "no score named ctc" in two.json()["error"]["message"]  # both were read
+    bad = client.post("/v1/rescore?score_weights=acoustic:0.5", content=DISAMBIGUATED, headers=text)
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "score_weights"
+    assert "expected NAME=WEIGHT,NAME=WEIGHT" in bad.json()["error"]["message"]
+
+
+def test_query_options_with_a_json_body_are_refused_not_ignored(client):
+    r = client.post("/v1/rescore?nbest=5", json={"lattice": DISAMBIGUATED})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "nbest"
+
+
+@pytest.mark.parametrize("body, message, field", [
+    ({"lattice": 5}, "lattice: must be a string, an object or a list, got 5", "lattice"),
+    ({"lattice": [], "format": "json"}, "lattice: List should have at least 1 item", "lattice"),
+    ({"lattice": [{"key": "a"}], "format": "openfst"}, "lattice: a openfst lattice is sent as a string (its text), "
+                                                       "got a list of 1 entry", "lattice"),
+    ({"lattice": "x", "format": "k2"}, "lattice: a k2 lattice is sent as a JSON object", "lattice"),
+    ({"lattice": "x", "lm_weight": [0.5, -1]}, "lm_weight.1: Input should be greater than or equal to 0", "lm_weight.1"),
+    ({"lattice": "x", "lm_weight": "a"}, 'lm_weight: must be a number or a list, got "a"', "lm_weight"),
+])
+def test_validation_errors_say_what_the_field_takes_and_what_came(client, body, message, field):
+    r = client.post("/v1/rescore", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"].startswith(message) and r.json()["error"]["field"] == field
+
+
+def test_a_405_names_the_allowed_methods(client):
+    for method, path, allowed in (("TRACE", "/v1/rescore", "POST"), ("DELETE", "/v1/perplexity", "POST"),
+                                  ("POST", "/v1/models", "GET")):
+        r = client.request(method, path)
+        assert r.status_code == 405 and r.headers["allow"] == allowed
+        assert r.json()["error"]["kind"] == "http_error"
+
+
+def test_the_schema_documents_query_options_and_the_format_rule(client):
+    spec = client.get("/openapi.json").json()
+    parameters = {p["name"]: p for p in spec["paths"]["/v1/rescore"]["post"]["parameters"]}
+    assert {"nbest", "lm_weight", "score_weights", "unk_penalty", "decode", "mbr_nbest", "mbr_scale", "old_lm_score",
+            "format"} <= set(parameters)
+    assert all(p["in"] == "query" and not p["required"] for p in parameters.values())
+    request = spec["components"]["schemas"]["RescoreRequest"]
+    rules = {tuple(rule["if"]["properties"]["format"]["enum"]): rule["then"]["properties"]["lattice"]["type"]
+             for rule in request["allOf"]}
+    assert rules == {("kaldi", "htk", "openfst", "srilm-nbest"): "string", ("k2",): ["object", "array"]}
+
+
+def test_mostly_unknown_words_warn_over_http_as_in_the_cli(client):
+    r = client.post("/v1/rescore", json={"lattice": "u\n0 1 THE 1,1,\n1 2 CAT 1,1,\n2\n\nv\n0 1 ZORK 1,1,\n1\n\n"})
+    assert r.status_code == 200, r.text
+    (warning,) = r.json()["warnings"]  # once per request
+    assert warning.startswith("lattice 'u': 100% of its distinct words are unknown to the model")
+    assert "known in another case (CAT -> cat)" in warning
+    fine = client.post("/v1/rescore", json={"lattice": "u\n0 1 the 1,1,\n1 2 cat 1,1,\n2\n\n"})
+    assert fine.json()["warnings"] == []

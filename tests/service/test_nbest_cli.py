@@ -90,10 +90,18 @@ def test_mostly_unknown_words_warn_once_per_job(capsys, tmp_path, model_dir):
     lists = {f"u{i}": [("THE CAT SAT", {"lm": -1.0})] for i in range(3)}
     directory = write_espnet(tmp_path / "decode", lists)
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(directory)])
-    assert captured.err.count("afp: warning:") == 1 and "not in the model's vocabulary" in captured.err
+    assert captured.err.count("afp: warning:") == 1 and "unknown to the model" in captured.err
+    assert "3 of the 3 are known in another case" in captured.err and "is the case of the input" in captured.err
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(write_espnet(
         tmp_path / "lower", {"u": [("the cat sat", {"lm": -1.0})]}))])
     assert "warning" not in captured.err
+
+
+def test_unknown_words_known_in_no_other_case_get_no_case_hint(capsys, tmp_path, model_dir):
+    lists = {"u": [("zork quux frob", {"lm": -1.0})]}
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(write_espnet(tmp_path / "d", lists))])
+    assert captured.err.count("afp: warning:") == 1 and "unknown to the model" in captured.err
+    assert "case" not in captured.err
 
 
 def test_unknown_score_name_is_one_line(capsys, tmp_path, model_dir):

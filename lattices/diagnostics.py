@@ -1,0 +1,49 @@
+"""Warnings about a job's input that do not stop it: a lattice whose words are mostly unknown.
+
+One implementation serves every front end (``afp rescore`` prints it once per job, the server
+returns it once per request in ``warnings``), so the same input gets the same warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import Tensor
+
+#: a lattice with more than this share of unknown (distinct) words gets the warning
+UNKNOWN_WARNING_SHARE = 0.5
+
+
+def unknown_words_warning(key: str, stats: dict[str, Any],
+                          known: Callable[[Sequence[str]], Tensor]) -> str | None:
+    """The warning for a rescored lattice (its result ``stats``: ``oov_share``, ``oov_words``)
+    whose distinct words are mostly unknown to the model, or None.
+
+    ``known`` is the scorer's (``ContextScorer.known``). The warning asks whether the input's case
+    is the model's only when it is the likely cause: when at least half of the unknown words
+    (of the first 50) are known in another case (upper, lower or capitalised), so rare names in
+    the model's own case get no such hint.
+    """
+    share = float(stats.get("oov_share", 0.0))
+    if share <= UNKNOWN_WARNING_SHARE:
+        return None
+    words: list[str] = list(stats.get("oov_words", []))
+    text = (f"lattice {key!r}: {share:.0%} of its distinct words are unknown to the model "
+            f"(e.g. {', '.join(words[:5])}); they are scored as <unk>")
+    recased = _known_in_another_case(words, known)
+    if recased and len(recased) * 2 >= len(words):
+        word, other = recased[0]
+        text += (f". {len(recased)} of the {len(words)} are known in another case ({word} -> {other}): is the case "
+                 f"of the input the model's?")
+    return text
+
+
+def _known_in_another_case(words: Sequence[str], known: Callable[[Sequence[str]], Tensor]) -> list[tuple[str, str]]:
+    """``(word, form)`` for each word with another-case form the model knows (the first such form)."""
+    forms = [[f for f in dict.fromkeys((w.upper(), w.lower(), w.capitalize())) if f != w] for w in words]
+    flat = [f for fs in forms for f in fs]
+    if not flat:
+        return []
+    ok = dict(zip(flat, known(flat).tolist()))
+    return [(w, next(f for f in fs if ok[f])) for w, fs in zip(words, forms) if any(ok[f] for f in fs)]
