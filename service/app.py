@@ -72,14 +72,32 @@ class BodyLimit:
 
     A ``Content-Encoding: gzip`` body is decompressed as it arrives (:mod:`service.encoding`) and
     the app sees the plain body, without the header: the limit holds for the compressed and the
-    decompressed size (413), a damaged gzip body is a 422, another encoding a 415."""
+    decompressed size (413), a damaged gzip body is a 422, another encoding a 415.
 
-    def __init__(self, app: Any, limit: int, max_json_depth: int) -> None:
+    Before a 413 the rest of the body is read and thrown away, up to ``drain`` more bytes: a
+    client that writes its whole body before it reads (Python's ``urllib``, ``requests``) would
+    otherwise find the connection closed under it ("Connection reset by peer") instead of the
+    413. Nothing drained is kept, so memory stays bounded; a body larger still is cut off."""
+
+    def __init__(self, app: Any, limit: int, max_json_depth: int, drain: int | None = None) -> None:
         self.app, self.limit, self.max_json_depth = app, limit, max_json_depth
+        self.drain = min(limit, 256 * 1024 * 1024) if drain is None else drain
 
     @staticmethod
     async def _answer(error: APIError, scope: dict, receive: Any, send: Any) -> None:
         await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
+
+    @staticmethod
+    async def _discard(receive: Any, budget: int) -> None:
+        """Read and drop the rest of the body, at most ``budget`` bytes of it."""
+        seen = 0
+        while seen <= budget:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            seen += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     def _too_large(self) -> APIError:
         return APIError(413, "too_large", f"request body is over the limit of {self.limit} bytes")
@@ -95,7 +113,13 @@ class BodyLimit:
             await self._answer(error, scope, receive, send)
             return
         declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+        if declared is not None and not declared.isdigit():
+            await self._answer(APIError(400, "invalid_request", "the Content-Length header is not a number"),
+                               scope, receive, send)
+            return
+        if declared is not None and int(declared) > self.limit:
+            if int(declared) <= self.limit + self.drain:
+                await self._discard(receive, self.limit + self.drain)
             await self._answer(self._too_large(), scope, receive, send)
             return
         chunks, size = [], 0
@@ -107,6 +131,8 @@ class BodyLimit:
                 data = message.get("body", b"")
                 size += len(data)
                 if size > self.limit:
+                    if message.get("more_body", False):
+                        await self._discard(receive, self.drain)
                     raise self._too_large()
                 chunks.append(decoder.feed(data) if decoder is not None else data)
                 if not message.get("more_body", False):
