@@ -12,7 +12,7 @@ Sets (each read once into memory, so only rescoring is timed):
   * ``dev_clean``, ``dev_other``: the ESPnet 30-best lists of LibriSpeech as lattices (one per
     utterance: the lists share prefixes once expanded), with the bundled ``models/librispeech``.
 
-Modes, each run after a warm-up on the same lattices, through ``service.batch.rescore_all`` as
+Modes, each run after a warm-up on the same lattices, through ``afp.jobs.rescore_all`` as
 ``afp rescore`` runs them:
 
   * ``per_lattice``: ``--workers 1``, one model call (or a few chunks) per lattice;
@@ -61,7 +61,7 @@ def load_sets(limit: int | None) -> dict[str, tuple[Path, list[Any]]]:
 def run_mode(lattices: list[Any], scorer: Any, workers: int, batch_pairs: int, device: str) -> dict[str, Any]:
     """Rescore every lattice once through ``rescore_all``; wall time, counts and each lattice's best."""
     from lattices.rescore import RescoreOptions
-    from service.batch import Failure, rescore_all
+    from afp.jobs import Failure, rescore_all
 
     calls = {"n": 0}
     counting = _CountingScorer(scorer, calls)

@@ -55,7 +55,7 @@ BASELINE = RESULTS / "bundled" / "librispeech" / "gru-h256-exact"
 
 def load_set(name: str, limit: int | None) -> tuple[list[Any], dict[str, list[str]]]:
     from lattices.formats.nbest import read_espnet_nbest
-    from service.wer import match_references, read_references
+    from afp.wer import match_references, read_references
 
     lists = read_espnet_nbest(NBEST / name)[:limit]
     refs = match_references(read_references(NBEST / name / "ref_wer.trn"), [n.key for n in lists])
@@ -81,7 +81,7 @@ def table_parts(nbest: Any, names: tuple[str, ...], logprobs: list[float], vocab
 
 
 def grid_points(lm_weights: tuple[float, ...], old_weights: tuple[float, ...]) -> list[dict[str, float]]:
-    from service.tune import Grid
+    from afp.tune import Grid
 
     return Grid(lm_weights, old_weights, WORD_PENALTIES, UNK_PENALTIES).points()
 
@@ -127,7 +127,7 @@ def main() -> None:
     from lm.corpus import encode
     from lm.evaluate import score_corpus
     from lm.scorer import LMScorer, score_sentences
-    from service.tune import Tuner
+    from afp.tune import Tuner
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--afp", type=Path, default=REPO_ROOT / "models" / "librispeech")

@@ -201,7 +201,7 @@ def _load_runtime(settings: Settings, metrics: Metrics):
     from lm.checkpoint import load_checkpoint
     from lm.scorer import LMScorer
     from lm.device import resolve_device
-    from service.batcher import BatchingScorer
+    from afp.batching import BatchingScorer
     from service.engine import Runtime
 
     loaded = load_checkpoint(settings.model_dir, device=resolve_device(settings.device))

@@ -9,7 +9,7 @@ Commands:
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
   afp tune   [--model DIR] --refs REFS [grid] INPUT...          choose weights on a dev set by WER
 
-Without ``--model`` the bundled default model is used (see :mod:`service.defaults`).
+Without ``--model`` the bundled default model is used (see :mod:`afp.defaults`).
 Errors in user input print one line ``afp: error: ...`` and exit with status 2; when standard
 output is closed early (``afp rescore ... | head``) the command stops quietly with status 141.
 """
@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.defaults import default_model_dir
+from afp.defaults import default_model_dir
 
 #: one-line help for the training options generated from the config dataclasses
 _HELP = {
@@ -178,8 +178,8 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
-    from service.batch import Failure, default_shard, iter_lattices, parse_shard, rescore_all
-    from service.outputs import JobOutputs, OutputOptions
+    from afp.jobs import Failure, default_shard, iter_lattices, parse_shard, rescore_all
+    from afp.outputs import JobOutputs, OutputOptions
 
     symbols = _read_symbols(args.words) if args.words else None
     shard = parse_shard(args.shard) if args.shard else default_shard()
@@ -209,9 +209,9 @@ def cmd_rescore(args: argparse.Namespace) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
-    from service.batch import iter_lattices
-    from service.tune import Grid, Tuner, plot, tune
-    from service.wer import read_references
+    from afp.jobs import iter_lattices
+    from afp.tune import Grid, Tuner, plot, tune
+    from afp.wer import read_references
 
     symbols = _read_symbols(args.words) if args.words else None
     grid = Grid(lm_weights=_floats(args.lm_weights, "--lm-weights"),
@@ -292,7 +292,7 @@ def _old_lm(path: str | None):
 
 
 def cmd_rescore_cuts(args: argparse.Namespace) -> None:
-    from service.cuts import rescore_cuts
+    from afp.cuts import rescore_cuts
 
     symbols = _read_symbols(args.words) if args.words else None
     loaded = _load(args.model, args.device)
@@ -397,7 +397,7 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
-    """``afp rescore``'s outputs (written by :mod:`service.outputs`; targets: :mod:`service.wspec`)."""
+    """``afp rescore``'s outputs (written by :mod:`afp.outputs`; targets: :mod:`afp.wspec`)."""
     g = p.add_argument_group(
         "outputs", "TARGET: a file (a name ending in .gz is gzipped), '-' (standard output: the transcript lines "
                    "are then left out), or a shell command '| gzip -c > x.gz' (its exit status is checked). "
@@ -421,20 +421,11 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 
 
 def _read_symbols(path: str) -> tuple[str, ...]:
-    """``--words``, read once per command; one tuple that every lattice of the job shares (the
-    readers index it once)."""
-    from lm.vocab import parse_symbol_table
+    """``--words``, read once per command (:func:`afp.symbols.read_words_txt`); one tuple that
+    every lattice of the job shares (the readers index it once)."""
+    from afp.symbols import read_words_txt
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CLIError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CLIError(f"{path}: cannot read: {err}") from None
-    words = parse_symbol_table(text, source=path)
-    if words[0] != "<eps>":
-        raise CLIError(f"{path}: id 0 must be <eps>, got {words[0]!r}")
-    return tuple(words)
+    return read_words_txt(path)
 
 
 def _read_json(path: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The work behind the endpoints, run in worker threads: parse, check limits, rescore, serialize.
 
 Everything here is synchronous and CPU/GPU bound; the routes hand it to a thread pool so the
-event loop stays free. LM scoring goes through the shared :class:`~service.batcher.BatchingScorer`.
+event loop stays free. LM scoring goes through the shared :class:`~afp.batching.BatchingScorer`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import torch
 
 from lattices.diagnostics import unknown_words_warning
-from lattices.formats import nbest_lattices, output_format, read_json_lattices, read_lattices, write_lattices
-from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
-from lattices.formats.k2 import is_k2_json, k2_dict_from_json, k2_dict_to_json, read_k2, write_k2
+from lattices.formats import output_format, read_json_value, read_lattices, write_lattices
+from lattices.formats.jsonfmt import lattice_to_json
+from lattices.formats.k2 import k2_dict_to_json, write_k2
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import check_deadline
 from lattices.rescore import RescoreOptions, rescore
@@ -27,8 +27,8 @@ from lattices.scored import WeightError
 from lm.checkpoint import LoadedModel
 from lm.corpus import strip_boundaries
 from lm.scorer import text_score
-from lm.vocab import VocabularyError, parse_symbol_table
-from service.batcher import BatchingScorer
+from afp.batching import BatchingScorer
+from afp.symbols import SymbolTableError, words_table
 from service.errors import APIError
 from service.metrics import Metrics
 from service.schemas import RescoreRequest
@@ -104,53 +104,19 @@ def release_memory() -> bool:
     return True
 
 
-def _symbols(words: str | None) -> tuple[str, ...] | None:
-    """The request's ``words`` table, parsed once per distinct text (see :func:`_parse_symbols`)."""
-    return None if words is None else _parse_symbols(words)
-
-
-@functools.lru_cache(maxsize=4)
-def _parse_symbols(words: str) -> tuple[str, ...]:
-    """A ``words.txt`` text as an id-indexed tuple, cached for the last 4 texts.
-
-    Clients send the same table with every request: hashing its text (about 1 ms for 200k
-    entries) replaces parsing it (about 160 ms), and every request gets the same tuple, so the
-    readers index it once (:func:`lattices.formats._text.symbol_index`) and its lattices share it.
-    A bad table raises :class:`APIError` and is not cached.
-    """
-    try:
-        table = parse_symbol_table(words, source="words")
-    except VocabularyError as err:
-        raise APIError(422, "invalid_request", str(err), field="words") from None
-    if table[0] != "<eps>":
-        raise APIError(422, "invalid_request", f"id 0 of the symbol table must be <eps>, got {table[0]!r}",
-                       field="words")
-    return tuple(table)
-
-
 def parse_lattices(request: RescoreRequest, settings: Settings, deadline: float | None = None) -> list[Lattice]:
-    """The request's lattices, checked against the size limits (archives stop between lattices
-    once ``deadline`` has passed)."""
-    symbols = _symbols(request.words)
+    """The request's lattices, read by the formats' one dispatcher (text: :func:`read_lattices`;
+    a JSON value: :func:`read_json_value`) and checked against the size limits (archives stop
+    between lattices once ``deadline`` has passed)."""
     payload, fmt = request.lattice, request.format
-    if fmt == "nbest-json" or (fmt == "auto" and not isinstance(payload, str) and _is_nbest_json(payload)):
-        from lattices.formats.nbest import nbest_from_json
-
-        lattices = nbest_lattices(nbest_from_json(payload, SOURCE), SOURCE, deadline)
-    elif isinstance(payload, str):
-        if fmt == "k2":
-            raise APIError(422, "invalid_request", "a k2 lattice is sent as a JSON object, not a string",
-                           field="lattice")
+    try:
+        symbols = None if request.words is None else words_table(request.words, source="words")
+    except SymbolTableError as err:
+        raise APIError(422, "invalid_request", str(err), field="words") from None
+    if isinstance(payload, str):
         lattices = read_lattices(payload, fmt, symbols, source=SOURCE, deadline=deadline)
-    elif fmt == "k2" or (fmt == "auto" and is_k2_json(payload)):
-        items = payload if isinstance(payload, list) else [payload]
-        lattices = [lat for i, item in enumerate(items)
-                    for lat in read_k2(k2_dict_from_json(item, source=SOURCE), symbols, SOURCE, key=f"lattice-{i}")]
-    elif fmt in ("json", "auto"):
-        lattices = ([lattice_from_json(payload, SOURCE)] if isinstance(payload, dict) and "lattices" not in payload
-                    else read_json_lattices(_json_text(payload), SOURCE, deadline))
     else:
-        raise APIError(422, "invalid_request", f"a {fmt} lattice is sent as a string", field="lattice")
+        lattices = read_json_value(payload, fmt, symbols, source=SOURCE, deadline=deadline)
     if not lattices:
         raise APIError(422, "invalid_request", "the request holds no lattice", field="lattice")
     if len(lattices) > settings.max_lattices:
@@ -161,18 +127,6 @@ def parse_lattices(request: RescoreRequest, settings: Settings, deadline: float 
             raise APIError(422, "too_large", f"lattice {lattice.key!r} has {lattice.num_arcs} arcs; the limit is "
                                              f"{settings.max_lattice_arcs}", key=lattice.key, field="lattice")
     return lattices
-
-
-def _is_nbest_json(payload: Any) -> bool:
-    """An n-best list object, ``{"nbest": [...]}``, or a list whose first item has hypotheses."""
-    first = payload[0] if isinstance(payload, list) and payload else payload
-    return isinstance(first, dict) and ("hypotheses" in first or "nbest" in first)
-
-
-def _json_text(payload: Any) -> str:
-    import json
-
-    return json.dumps(payload)
 
 
 def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:

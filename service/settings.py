@@ -33,7 +33,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.defaults import default_model_dir
+from afp.defaults import default_model_dir
 
 
 class Settings(BaseSettings):

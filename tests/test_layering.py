@@ -1,5 +1,6 @@
-"""The house's layering (DESIGN.md): the core imports only torch, numpy and safetensors, and the
-HTTP engine does not depend on the CLI's batch-job modules. Checked in a fresh interpreter."""
+"""The house's layering (DESIGN.md): the core imports only torch, numpy and safetensors; the
+library (``afp``: batch jobs, tuning, WER, the Python API) imports no HTTP framework and nothing of
+``service``; the HTTP engine does not depend on the batch-job modules. Checked in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ def imported_after(statement: str) -> set[str]:
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def core_modules() -> list[str]:
+def modules_of(*packages: str) -> list[str]:
     return sorted(".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-                  for package in ("lm", "lattices") for p in (REPO / package).rglob("*.py"))
+                  for package in packages for p in (REPO / package).rglob("*.py"))
+
+
+def core_modules() -> list[str]:
+    return modules_of("lm", "lattices")
 
 
 def test_the_core_imports_no_serving_library():
@@ -37,4 +42,12 @@ def test_the_core_imports_no_serving_library():
 def test_the_http_engine_does_not_import_the_batch_job_modules(module):
     loaded = imported_after(f"import {module}")
     assert module in loaded
-    assert {"service.batch", "service.outputs", "service.cli"} & loaded == set()
+    assert {"afp.jobs", "afp.outputs", "afp.tune", "afp.cuts", "service.cli"} & loaded == set()
+
+
+def test_the_library_imports_neither_the_server_nor_the_cli():
+    modules = modules_of("afp")
+    assert {"afp.jobs", "afp.tune", "afp.wer", "afp.cuts", "afp.outputs", "afp.batching"} <= set(modules)
+    loaded = imported_after("\n".join(f"import {name}" for name in modules))
+    assert {name for name in loaded if name.split(".")[0] == "service"} == set()
+    assert {name.split(".")[0] for name in loaded} & {"fastapi", "uvicorn", "starlette"} == set()

@@ -6,6 +6,9 @@ key, line and field. This module dispatches by format name, undoes gzip, and gue
 from content when asked to (``"auto"``).
 
   ``read_lattices(data, "kaldi", symbols)``   bytes or text -> list of lattices
+  ``read_json_value(obj, "auto", symbols)``   a parsed JSON value (a lattice, an n-best list, a
+                                              k2 dict, or a list of them) -> list of lattices
+  ``read_lattice_file(path, "auto")``        a file, or an ESPnet n-best directory
   ``write_lattices(lattices, "htk")``         lattices -> bytes (one SLF each for HTK: see there)
   ``output_format("auto", lattice)``          the format a rescored lattice goes back in
 
@@ -30,7 +33,7 @@ import re
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import check_deadline
@@ -157,6 +160,8 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
         from lattices.formats.nbest import nbest_from_json
 
         return nbest_lattices(nbest_from_json(_decode(data, source), source), source, deadline)
+    if fmt == "k2" and isinstance(data, str):  # the JSON form, as text
+        return read_json_value(_parse_json(data, source), "k2", symbols, source, deadline)
     if fmt == "srilm-nbest":
         from lattices.formats.nbest import read_srilm_nbest
 
@@ -182,16 +187,63 @@ def nbest_lattices(lists: Sequence[NBestList], source: str | None, deadline: flo
     return out
 
 
-def read_json_lattices(text: str, source: str | None = None, deadline: float | None = None) -> list[Lattice]:
-    """One lattice object, a list of them, or ``{"lattices": [...]}`` (``deadline``: as :func:`read_lattices`)."""
-    from lattices.formats.jsonfmt import lattice_from_json
-
+def _parse_json(text: str, source: str | None) -> Any:
     try:
-        obj = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise LatticeFormatError(f"invalid JSON: {err.msg}", source=source, line=err.lineno) from None
     except RecursionError:  # as lattice_from_json and nbest_from_json say it
         raise LatticeFormatError("invalid JSON: nested too deeply", source=source) from None
+
+
+def guess_json_format(obj: Any) -> str:
+    """The format of a parsed JSON value: ``"nbest-json"`` (an n-best list: ``hypotheses``, or
+    ``{"nbest": [...]}``), ``"k2"`` (:func:`lattices.formats.k2.is_k2_json`) or ``"json"``; a list
+    by its first item."""
+    from lattices.formats.k2 import is_k2_json
+
+    first = obj[0] if isinstance(obj, list) and obj else obj
+    if isinstance(first, dict) and ("hypotheses" in first or "nbest" in first):
+        return "nbest-json"
+    return "k2" if is_k2_json(obj) else "json"
+
+
+def read_json_value(obj: Any, fmt: str = "auto", symbols: Sequence[str] | None = None, source: str | None = None,
+                    deadline: float | None = None) -> list[Lattice]:
+    """The lattices of a parsed JSON value (what an HTTP client sends as ``lattice``): a JSON
+    lattice, a list of them or ``{"lattices": [...]}`` (``"json"``); an n-best list or a list of
+    them (``"nbest-json"``); a k2 dict in JSON form or a list of them (``"k2"``, keys
+    ``lattice-0``, ``lattice-1``...); ``"auto"`` tells them apart (:func:`guess_json_format`).
+    The one dispatcher of JSON input: :func:`read_lattices` parses JSON text and comes here."""
+    if fmt == "auto":
+        fmt = guess_json_format(obj)
+    if fmt == "nbest-json":
+        from lattices.formats.nbest import nbest_from_json
+
+        return nbest_lattices(nbest_from_json(obj, source), source, deadline)
+    if fmt == "k2":
+        from lattices.formats.k2 import k2_dict_from_json, read_k2
+
+        items = obj if isinstance(obj, list) else [obj]
+        out = []
+        for i, item in enumerate(items):
+            check_deadline(deadline)
+            out.extend(read_k2(k2_dict_from_json(item, source=source), symbols, source, key=f"lattice-{i}"))
+        return out
+    if fmt == "json":
+        return _json_lattices(obj, source, deadline)
+    raise LatticeFormatError(f"a {fmt} lattice is text, not a JSON value; formats of JSON values: json, nbest-json, "
+                             f"k2 or auto", source=source)
+
+
+def read_json_lattices(text: str, source: str | None = None, deadline: float | None = None) -> list[Lattice]:
+    """One lattice object, a list of them, or ``{"lattices": [...]}`` (``deadline``: as :func:`read_lattices`)."""
+    return _json_lattices(_parse_json(text, source), source, deadline)
+
+
+def _json_lattices(obj: Any, source: str | None, deadline: float | None) -> list[Lattice]:
+    from lattices.formats.jsonfmt import lattice_from_json
+
     if isinstance(obj, dict) and "lattices" in obj:
         obj = obj["lattices"]
     items = obj if isinstance(obj, list) else [obj]
@@ -206,20 +258,28 @@ def read_json_lattices(text: str, source: str | None = None, deadline: float | N
     return out
 
 
-def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str] | None = None) -> list[Lattice]:
-    """Read a lattice file (gzip or not), or an ESPnet n-best folder (``fmt`` auto or espnet-nbest)."""
+def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str] | None = None,
+                      keep: Callable[[], bool] | None = None) -> list[Lattice]:
+    """Read a lattice file (gzip or not), or an ESPnet n-best folder (a directory: ``fmt`` auto
+    or espnet-nbest); ``keep`` as :func:`read_lattices`."""
     path = Path(path)
-    if fmt == "espnet-nbest" or (fmt == "auto" and path.is_dir()):
+    if fmt == "espnet-nbest" or path.is_dir():
         from lattices.formats.nbest import read_espnet_nbest
 
-        return nbest_lattices(read_espnet_nbest(path), str(path))
+        if fmt not in ("auto", "espnet-nbest"):
+            raise LatticeFormatError(f"a directory is read as an ESPnet n-best directory, not {fmt}", source=str(path))
+        lists = read_espnet_nbest(path)
+        if not lists:
+            raise LatticeFormatError("no n-best list found (an ESPnet n-best directory holds 1best_recog/ ... "
+                                     "Nbest_recog/ with text, score and scores files)", source=str(path))
+        return nbest_lattices([n for n in lists if keep is None or keep()], str(path))
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise LatticeFormatError("no such file", source=str(path)) from None
     except OSError as err:
         raise LatticeFormatError(f"cannot read: {err.strerror}", source=str(path)) from None
-    return read_lattices(data, fmt, symbols, source=str(path))
+    return read_lattices(data, fmt, symbols, source=str(path), keep=keep)
 
 
 def output_format(fmt: str, first: Lattice | None) -> str:
@@ -244,7 +304,7 @@ def output_format(fmt: str, first: Lattice | None) -> str:
 def write_lattices(lattices: Sequence[Lattice], fmt: str, *, binary: bool = False) -> bytes:
     """Serialize lattices in ``fmt``. HTK and OpenFst hold one lattice per file: several are
     written one after another, each ending with a blank line, which is how this project reads
-    them back only one at a time; use :func:`write_lattice_files` for one file each. ``binary``
+    them back only one at a time (``afp.jobs.write_rescored`` writes one file each). ``binary``
     writes a binary Kaldi archive (``fmt`` must be ``"kaldi"``; words as ids into each lattice's
     own symbol table)."""
     if binary:

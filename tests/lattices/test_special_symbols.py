@@ -15,7 +15,7 @@ from lattices.formats import read_lattices
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import load_checkpoint
 from lm.scorer import LMScorer, score_sentences
-from service.batcher import BatchingScorer
+from afp.batching import BatchingScorer
 from tests.factories import saved_model, tiny_vocab
 
 

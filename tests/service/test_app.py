@@ -17,7 +17,7 @@ from lm.corpus import encode
 from lm.evaluate import score_corpus
 from lm.scorer import LMScorer
 from service.app import create_app
-from service.batcher import BatchingScorer
+from afp.batching import BatchingScorer
 from service.settings import Settings
 from tests.factories import saved_model, tiny_vocab
 from tests.service.test_rescore_cli import ARCHIVE

@@ -14,7 +14,7 @@ from lm.checkpoint import load_checkpoint
 from lm.corpus import encode
 from lm.evaluate import score_corpus
 from service.cli import main
-from service.defaults import default_model_dir
+from afp.defaults import default_model_dir
 from tests.factories import random_sentences, saved_model, write_text
 
 REPO = Path(__file__).resolve().parents[2]

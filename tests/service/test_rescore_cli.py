@@ -189,7 +189,7 @@ def test_workers_must_be_positive(capsys, model_dir, archive):
 def test_a_shard_skips_the_other_shards_lattices_unparsed(tmp_path):
     """A malformed lattice in another shard's share is never parsed (so never an error here);
     the running index goes on across inputs."""
-    from service.batch import iter_lattices
+    from afp.jobs import iter_lattices
 
     broken = ARCHIVE.replace("utt2\n0 1 the 1,10,", "utt2\n0 1 the not-a-weight")
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
@@ -204,7 +204,7 @@ def test_a_shard_of_a_binary_archive_decodes_only_its_own_lattices(tmp_path):
     """A lattice of another shard in a binary archive is walked, not decoded: a word id outside
     the symbol table there is no error for this shard (it is for the shard that owns it)."""
     from lattices.formats import read_lattices, write_lattices
-    from service.batch import iter_lattices
+    from afp.jobs import iter_lattices
 
     lattices = read_lattices(ARCHIVE, "kaldi")
     table = lattices[0].symbols

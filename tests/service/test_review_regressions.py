@@ -7,9 +7,9 @@ import pytest
 from lattices.formats import read_lattices
 from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
-from service.tune import Tuner
+from afp.tune import Tuner
 from tests.service.test_app import client_for
-from tests.service.test_tune import lm_scorer
+from tests.afp.test_tune import lm_scorer
 from tests.factories import saved_model
 
 SLF = """VERSION=1.0

@@ -12,8 +12,8 @@ from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
 from service.cli import main
-from service.tune import Grid, Tuner, tune
-from service.wer import word_errors
+from afp.tune import Grid, Tuner, tune
+from afp.wer import word_errors
 from tests.factories import WORDS, make_model, random_lattice, saved_model, tiny_vocab
 
 VOCAB = tiny_vocab()

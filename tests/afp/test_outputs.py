@@ -18,8 +18,8 @@ from lattices.times import NoWordTimes, path_word_times
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
 from service.cli import main
-from service.outputs import ctm_lines, nbest_text_lines, transcript_line
-from service.wspec import OutputError, WriteSpec
+from afp.outputs import ctm_lines, nbest_text_lines, transcript_line
+from afp.wspec import OutputError, WriteSpec
 from tests.factories import make_model, tiny_vocab
 
 # Kaldi CompactLattices with transition ids (one per frame). With --lm-weight 0 only acoustics

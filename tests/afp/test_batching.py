@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from service.batcher import BatcherClosed, BatchingScorer, ScoringTimeout, _Work
+from afp.batching import BatcherClosed, BatchingScorer, ScoringTimeout, _Work
 
 BAD = 999  # a target id the fake scorer refuses
 

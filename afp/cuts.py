@@ -8,7 +8,7 @@ A cut names its lattice in ``cut.custom``:
 
 The output CutSet is the input with ``custom["hypothesis"]`` (the rescored 1-best, words joined
 by spaces) and ``custom["rescore"]`` (its scores and the expansion statistics) on every cut.
-Cuts whose supervisions carry text are scored against it (:mod:`service.wer`). The summary's
+Cuts whose supervisions carry text are scored against it (:mod:`afp.wer`). The summary's
 ``wer`` is a fraction (errors / reference words), ``None`` without reference words.
 """
 
@@ -22,7 +22,7 @@ from lattices.formats import read_lattice_file
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
-from service.wer import WerStats, cut_reference, word_errors
+from afp.wer import WerStats, cut_reference, word_errors
 
 
 class CutLatticeError(ValueError):

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from lattices.diagnostics import unknown_words_warning
 from lattices.expand import ExpansionTooLarge
-from lattices.formats import read_lattices, write_lattices
+from lattices.formats import read_lattice_file, read_lattices, write_lattices
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreOptions, RescoreResult, rescore
 from lattices.scorer import ContextScorer
@@ -98,19 +98,11 @@ def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None
     all inputs when ``i % n == shard index``; a Kaldi text archive's other lattices are skipped
     before they are parsed). An input that is a directory is an ESPnet n-best directory (format
     ``auto`` or ``espnet-nbest``); its lists become lattices."""
-    from lattices.formats.nbest import nbest_to_lattice, read_espnet_nbest
-
     keep = ShardFilter(*shard)
     for spec_text in inputs:
         spec = InputSpec.parse(spec_text)
         if fmt == "espnet-nbest" or (spec.kind == "file" and Path(spec.target).is_dir()):
-            if fmt not in ("auto", "espnet-nbest"):
-                raise ValueError(f"{spec.target}: a directory is read as an ESPnet n-best directory, not {fmt}")
-            lists = read_espnet_nbest(spec.target)
-            if not lists:
-                raise ValueError(f"{spec.target}: no n-best list found (an ESPnet n-best directory holds "
-                                 f"1best_recog/ ... Nbest_recog/ with text, score and scores files)")
-            yield from (nbest_to_lattice(n) for n in lists if keep())
+            yield from read_lattice_file(spec.target, fmt, symbols, keep=keep)
         else:
             yield from read_lattices(spec.read(), fmt, symbols, source=spec.name, keep=keep)
 
@@ -167,7 +159,7 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
 
     ``workers > 1`` rescores that many lattices at a time in threads (parsing stays in the caller:
     ``lattices`` is read ahead by at most ``2 * workers``, so memory stays bounded however long
-    the job), and their LM scoring goes through one :class:`~service.batcher.BatchingScorer`: the
+    the job), and their LM scoring goes through one :class:`~afp.batching.BatchingScorer`: the
     (context, word) pairs of the lattices in flight meet in one model call of up to
     ``batch_pairs`` pairs, the server's batching. Each pair's score depends on its own context
     only, so the results are the same as one at a time (up to float rounding of a larger matmul).
@@ -181,7 +173,7 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
             _rescore_one(lattice, scorer, options, device, old_lm) for lattice in stream)
         yield from _warn_once(outcomes, warn, scorer)
         return
-    from service.batcher import BatchingScorer
+    from afp.batching import BatchingScorer
 
     batcher = BatchingScorer(scorer, enabled=True, max_pairs=batch_pairs)
     try:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from service.wer import (ReferencesError, WerStats, corpus_wer, cut_reference, match_references, read_references,
+from afp.wer import (ReferencesError, WerStats, corpus_wer, cut_reference, match_references, read_references,
                          word_errors)
 from tests.factories import SHARED_DATA, WORDS
 from tests.lattices.test_mbr import levenshtein

@@ -11,7 +11,7 @@ point only recombines the stored score components (:mod:`lattices.scored`) and s
   utterance; MBR there uses each point's ``mbr_nbest`` best distinct sequences. Their oracle
   WER is not computed (it needs a lattice-to-reference alignment) and is reported as null.
 
-WER is computed with kaldialign (:mod:`service.wer`).
+WER is computed with kaldialign (:mod:`afp.wer`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from lattices.expand import PAD
 from lattices.rescore import RescoreOptions, first_pass_best, rescore_scored, score_for_options
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, component_vector
 from lattices.scorer import ContextScorer
-from service.wer import WerStats, match_references, word_errors
+from afp.wer import WerStats, match_references, word_errors
 
 GRID_NAMES = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
 

@@ -3,7 +3,7 @@
 Each writer takes the results of one lattice (one :class:`~lattices.rescore.RescoreResult` per
 LM weight) and writes them at once, so nothing is held until the end of the job (except the
 JSON and k2 lattice files, whose single document or ``torch.save`` list is written when the job
-ends). Targets are write specifiers (:mod:`service.wspec`: a path, ``.gz`` compressed, ``-``,
+ends). Targets are write specifiers (:mod:`afp.wspec`: a path, ``.gz`` compressed, ``-``,
 ``| command``, ``ark:``/``ark,t:``).
 
 Formats (``KEY`` is the lattice key, words are the LM-scored words: epsilons, ``!NULL``,
@@ -53,8 +53,8 @@ from lattices.lattice import Lattice
 from lattices.rescore import RescoreResult
 from lattices.times import NoWordTimes, path_word_times
 from lattices.formats import output_format
-from service.batch import Failure, write_rescored
-from service.wspec import ByteStream, OutputError, WriteSpec
+from afp.jobs import Failure, write_rescored
+from afp.wspec import ByteStream, OutputError, WriteSpec
 
 __all__ = ["CtmWriter", "JobOutputs", "LatticeWriter", "NbestTextWriter", "OutputError", "OutputOptions",
            "TextDirWriter", "ctm_lines", "nbest_text_lines", "transcript_line"]
