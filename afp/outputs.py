@@ -35,7 +35,10 @@ Formats (``KEY`` is the lattice key, words are the LM-scored words: epsilons, ``
   output or a command they follow each other, separated by blank lines.
 
 A lattice that failed is left out of every output (its error goes to standard error), as Kaldi's
-tools leave out the utterances they fail on.
+tools leave out the utterances they fail on. That holds for a lattice that cannot be *written*
+too (a word the ``--words`` table lacks): every output of a lattice is rendered first and written
+only when all of them could be (:meth:`JobOutputs.write` raises :class:`LatticeOutputError`, and
+nothing of that lattice is written), so the job goes on with the next lattice.
 """
 
 from __future__ import annotations
@@ -49,15 +52,29 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from lattices.lattice import Lattice
+from collections.abc import Callable
+
+from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreResult
 from lattices.times import NoWordTimes, path_word_times
 from lattices.formats import output_format
 from afp.jobs import Failure, write_rescored
 from afp.wspec import ByteStream, OutputError, WriteSpec
 
-__all__ = ["CtmWriter", "JobOutputs", "LatticeWriter", "NbestTextWriter", "OutputError", "OutputOptions",
-           "TextDirWriter", "ctm_lines", "nbest_text_lines", "transcript_line"]
+__all__ = ["CtmWriter", "JobOutputs", "LatticeOutputError", "LatticeWriter", "NbestTextWriter", "OutputError",
+           "OutputOptions", "TextDirWriter", "ctm_lines", "nbest_text_lines", "transcript_line"]
+
+#: writes one lattice's rendered output (see :meth:`ResultWriter.render`)
+Commit = Callable[[], None]
+
+
+class LatticeOutputError(ValueError):
+    """One lattice's results cannot be written (a word the ``--words`` table lacks...): nothing
+    of that lattice was written, and the job may go on. ``key`` names the lattice."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 #: lattice formats written as one document at the end of the job (no streaming form)
 _WHOLE_FILE_FORMATS = ("json", "k2")
@@ -93,9 +110,11 @@ def ctm_lines(result: RescoreResult, frame_shift: float = 0.01) -> list[str]:
 
 # ------------------------------------------------------------------------------- writers
 class ResultWriter(Protocol):
-    """What :class:`JobOutputs` drives: results in, one lattice at a time."""
+    """What :class:`JobOutputs` drives: results in, one lattice at a time, in two steps:
+    :meth:`render` turns them into what will be written (raising if they cannot be) and returns
+    the step that writes it, so a lattice one output cannot render is written to none."""
 
-    def write(self, results: Sequence[RescoreResult]) -> None: ...
+    def render(self, results: Sequence[RescoreResult]) -> Commit: ...
 
     def close(self) -> None: ...
 
@@ -108,9 +127,9 @@ class _LineWriter:
     def __init__(self, spec: WriteSpec) -> None:
         self._stream = spec.open()
 
-    def _lines(self, lines: Sequence[str]) -> None:
-        if lines:
-            self._stream.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    def _lines(self, lines: Sequence[str]) -> Commit:
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
+        return lambda: self._stream.write(data) if data else None
 
     def close(self) -> None:
         self._stream.close()
@@ -122,8 +141,8 @@ class _LineWriter:
 class NbestTextWriter(_LineWriter):
     """``--nbest-text``: :func:`nbest_text_lines` of the (only) LM weight."""
 
-    def write(self, results: Sequence[RescoreResult]) -> None:
-        self._lines(nbest_text_lines(results[0]))
+    def render(self, results: Sequence[RescoreResult]) -> Commit:
+        return self._lines(nbest_text_lines(results[0]))
 
 
 class CtmWriter(_LineWriter):
@@ -133,12 +152,12 @@ class CtmWriter(_LineWriter):
         super().__init__(spec)
         self.frame_shift = frame_shift
 
-    def write(self, results: Sequence[RescoreResult]) -> None:
+    def render(self, results: Sequence[RescoreResult]) -> Commit:
         try:
             lines = ctm_lines(results[0], self.frame_shift)
-        except NoWordTimes as err:
+        except NoWordTimes as err:  # the input has no times: every lattice would fail, so the job stops
             raise OutputError(f"--ctm: {err}") from None
-        self._lines(lines)
+        return self._lines(lines)
 
 
 class TextDirWriter:
@@ -155,9 +174,14 @@ class TextDirWriter:
             self.abort()
             raise
 
-    def write(self, results: Sequence[RescoreResult]) -> None:
-        for result in results:
-            self._streams[result.lm_weight].write((transcript_line(result.key, result.best.words) + "\n").encode())
+    def render(self, results: Sequence[RescoreResult]) -> Commit:
+        lines = [(self._streams[r.lm_weight], (transcript_line(r.key, r.best.words) + "\n").encode()) for r in results]
+
+        def commit() -> None:
+            for stream, line in lines:
+                stream.write(line)
+
+        return commit
 
     def close(self) -> None:
         for stream in self._streams.values():
@@ -195,24 +219,30 @@ class LatticeWriter:
             raise OutputError(f"--out {spec.text!r}: a binary Kaldi archive holds words as integer ids: give their "
                               "symbol table with --words words.txt (or write a text archive, ark,t:FILE)")
 
-    def write(self, results: Sequence[RescoreResult]) -> None:
+    def render(self, results: Sequence[RescoreResult]) -> Commit:
         lattice = results[0].lattice
         if lattice is None:
             raise ValueError("LatticeWriter needs results with their rescored lattice (return_lattice)")
         lattice = lattice.to("cpu")
-        if self.format is None:
-            self.format = output_format(self.input_format, lattice)
+        fmt = self.format or output_format(self.input_format, lattice)
+        if fmt in _WHOLE_FILE_FORMATS:
+            return lambda: self._commit(fmt, lambda: self._held.append(lattice))
+        if fmt in _ONE_FILE_EACH and self.spec.kind == "file":
+            return lambda: self._commit(fmt, lambda: self._write_file(lattice, fmt))
+        data = self._bytes(lattice, fmt)  # a word the table lacks fails here, before anything is written
+        return lambda: self._commit(fmt, lambda: self._open().write(
+            (b"\n" if fmt in _ONE_FILE_EACH and self._count > 1 else b"") + data))
+
+    def _commit(self, fmt: str, write: Commit) -> None:
+        self.format = fmt
         self._count += 1
-        if self.format in _WHOLE_FILE_FORMATS:
-            self._held.append(lattice)
-        elif self.format in _ONE_FILE_EACH and self.spec.kind == "file":
-            try:
-                write_rescored(self.spec.target, [lattice], self.format)
-            except OSError as err:
-                raise OutputError(f"--out {self.spec.text}: cannot write: {err}") from None
-        else:
-            separator = b"\n" if self.format in _ONE_FILE_EACH and self._count > 1 else b""
-            self._open().write(separator + self._bytes(lattice))
+        write()
+
+    def _write_file(self, lattice: Lattice, fmt: str) -> None:
+        try:
+            write_rescored(self.spec.target, [lattice], fmt)
+        except OSError as err:
+            raise OutputError(f"--out {self.spec.text}: cannot write: {err}") from None
 
     def close(self) -> None:
         if self._held:
@@ -232,19 +262,19 @@ class LatticeWriter:
             self._stream = self.spec.open()
         return self._stream
 
-    def _bytes(self, lattice: Lattice) -> bytes:
+    def _bytes(self, lattice: Lattice, fmt: str) -> bytes:
         if self.spec.archive == "binary":
             from lattices.formats.kaldi_binary import write_kaldi_binary
 
             return write_kaldi_binary([lattice], self.symbols)
-        if self.format == "kaldi":
+        if fmt == "kaldi":
             from lattices.formats.kaldi import write_kaldi
 
             symbols = self.symbols if self.spec.archive else None  # a plain PATH writes words as read
             return write_kaldi([lattice], symbols=symbols).encode("utf-8")
         from lattices.formats import write_lattices
 
-        return write_lattices([lattice], self.format or "json")
+        return write_lattices([lattice], fmt)
 
 
 def _check_writable(spec: WriteSpec) -> None:
@@ -341,11 +371,17 @@ class JobOutputs:
         return self
 
     def write(self, results: Sequence[RescoreResult]) -> None:
-        """One lattice's results (one per LM weight, in ``lm_weights`` order)."""
+        """One lattice's results (one per LM weight, in ``lm_weights`` order), to every output or
+        to none: :class:`LatticeOutputError` when one output cannot take this lattice (nothing
+        was written; report it with :meth:`failed` and go on)."""
+        try:
+            commits = [writer.render(results) for writer in self.writers]
+        except LatticeFormatError as err:
+            raise LatticeOutputError(results[0].key, str(err)) from None
         if self.results_on_stdout:
             self._print(results)
-        for writer in self.writers:
-            writer.write(results)
+        for commit in commits:
+            commit()
 
     def failed(self, failure: Failure) -> None:
         """A lattice that could not be rescored: its line on standard output (``KEY<TAB>ERROR``,

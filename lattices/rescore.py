@@ -42,7 +42,7 @@ AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 _FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")
 
-__all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "RescoreOptions", "RescoreResult", "prune",
+__all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "default_acoustic_scale", "RescoreOptions", "RescoreResult", "prune",
            "rescore", "rescore_scored", "score_for_options"]
 
 
@@ -140,11 +140,29 @@ class RescoreOptions:
         lmscale = lattice.meta.get("lmscale")
         acoustic = dict(self.score_weights).get("acoustic", self.acoustic_scale)
         if acoustic is None:
-            acoustic = 1.0 / float(lmscale) if lmscale else DEFAULT_ACOUSTIC_SCALE
+            acoustic = default_acoustic_scale(lattice)
         penalty = self.word_penalty
         if penalty is None:
             penalty = float(lattice.meta.get("wdpenalty", 0.0)) / float(lmscale) if lmscale else 0.0
         return acoustic, penalty
+
+
+def default_acoustic_scale(lattice: Lattice) -> float:
+    """The weight of a lattice's ``acoustic`` score when none is given, by where it came from:
+
+    ===========================  =============================================================
+    HTK SLF with ``lmscale=S``   ``1/S`` (the header's own scale)
+    k2 (icefall)                 1.0: icefall's lattice scores are already scaled
+    everything else              0.1 (:data:`DEFAULT_ACOUSTIC_SCALE`: Kaldi's usual 1/LMWT with
+                                 LMWT 10; HTK without ``lmscale``, OpenFst, JSON, n-best lists)
+    ===========================  =============================================================
+    """
+    lmscale = lattice.meta.get("lmscale")
+    if lmscale:
+        return 1.0 / float(lmscale)
+    if any(str(name).startswith("k2") for name in lattice.meta):
+        return 1.0
+    return DEFAULT_ACOUSTIC_SCALE
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 def cmd_rescore(args: argparse.Namespace) -> None:
     from afp.jobs import Failure, default_shard, iter_lattices, parse_shard, rescore_all
-    from afp.outputs import JobOutputs, OutputOptions
+    from afp.outputs import JobOutputs, LatticeOutputError, OutputOptions
 
     symbols = _read_symbols(args.words) if args.words else None
     shard = parse_shard(args.shard) if args.shard else default_shard()
@@ -192,20 +192,30 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     loaded = _load(args.model, args.device)
     scorer = _scorer(loaded, args)
     old_lm = _old_lm(args.old_lm)
-    failed = 0
+    failed = seen = 0
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     with outputs:
         for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
-                                           warn=lambda text: print(f"afp: warning: {text}", file=sys.stderr),
-                                           workers=args.workers, batch_pairs=args.batch_pairs):
-            if isinstance(lattice_results, Failure):  # this lattice failed; the job goes on
-                failed += 1
-                outputs.failed(lattice_results)
-                print(f"afp: error: {lattice_results.message}", file=sys.stderr)
-                continue
-            outputs.write(lattice_results)
+                                           warn=_warn, workers=args.workers, batch_pairs=args.batch_pairs):
+            seen += 1
+            if not isinstance(lattice_results, Failure):
+                try:
+                    outputs.write(lattice_results)
+                    continue
+                except LatticeOutputError as err:  # nothing of it was written
+                    lattice_results = Failure(err.key, str(err))
+            failed += 1  # this lattice failed; the job goes on
+            outputs.failed(lattice_results)
+            print(f"afp: error: {lattice_results.message}", file=sys.stderr)
+    if seen == 0:
+        _warn(f"no lattice was read from {', '.join(args.inputs)}" + (f" (shard {shard[0]}/{shard[1]})"
+                                                                        if shard[1] > 1 else ""))
     if failed:
-        raise CLIError(f"{failed} lattice(s) could not be rescored (see above)")
+        raise CLIError(f"{failed} of {seen} lattice(s) could not be rescored or written (see above)")
+
+
+def _warn(text: str) -> None:
+    print(f"afp: warning: {text}", file=sys.stderr)
 
 
 def cmd_tune(args: argparse.Namespace) -> None:

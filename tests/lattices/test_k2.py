@@ -329,3 +329,17 @@ def test_fuzz_garbled_valid_dicts(edits: list[tuple[int, int]], drop_aux: bool) 
     out = write_k2(lattices)
     (again,) = read_k2(out, symbols=lattice.symbols)
     assert best_score(again) == pytest.approx(best_score(lattice), abs=1e-5)
+
+
+def test_the_default_acoustic_scale_is_one_for_k2_and_a_tenth_for_kaldi() -> None:
+    """icefall's k2 scores are already scaled: Kaldi's 0.1 would shrink them tenfold."""
+    from lattices.formats import read_lattices
+    from lattices.rescore import RescoreOptions, default_acoustic_scale
+
+    (k2,) = read_k2(transducer(), symbols=WORDS)
+    (kaldi,) = read_lattices("utt\n0 1 cat 1,2,\n1\n\n", "kaldi")
+    (htk,) = read_lattices("VERSION=1.0\nlmscale=12.0\nN=2 L=1\nI=0 W=!NULL\nI=1 W=cat\nJ=0 S=0 E=1 a=-1 l=-1\n", "htk")
+    assert (default_acoustic_scale(k2), default_acoustic_scale(kaldi)) == (1.0, 0.1)
+    assert default_acoustic_scale(htk) == pytest.approx(1 / 12)
+    assert RescoreOptions().scales_for(k2) == (1.0, 0.0)
+    assert RescoreOptions(acoustic_scale=0.5).scales_for(k2) == (0.5, 0.0)  # a given scale wins

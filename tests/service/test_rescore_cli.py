@@ -144,7 +144,7 @@ def test_budget_overflow_reports_and_goes_on(capsys, model_dir, archive):
                          status=2)
     assert [r["key"] for r in rows] == ["utt1", "utt2"]
     assert "budget of 5 arcs" in rows[0]["error"] and rows[1]["expanded_arcs"] == 4
-    assert "1 lattice(s) could not be rescored" in captured.err
+    assert "1 of 2 lattice(s) could not be rescored" in captured.err
 
 
 def test_torchrun_rank_chooses_the_shard_and_suffixes_out(tmp_path, model_dir, archive):
@@ -174,7 +174,7 @@ def test_workers_rescore_in_input_order_with_the_same_results(capsys, tmp_path, 
     one, _ = run(capsys, [*argv, "--workers", "1"], status=2)
     four, captured = run(capsys, [*argv, "--workers", "4", "--batch-pairs", "64"], status=2)
     assert [r["key"] for r in four] == [r["key"] for r in one] == [f"u{i:02d}" for i in range(24)] + ["wide"]
-    assert "error" in four[-1] and "1 lattice(s) could not be rescored" in captured.err
+    assert "error" in four[-1] and "1 of 25 lattice(s) could not be rescored" in captured.err
     for a, b in zip(one[:-1], four[:-1]):
         assert [h["words"] for h in a["nbest"]] == [h["words"] for h in b["nbest"]]
         assert b["best"]["lm_logprob"] == pytest.approx(a["best"]["lm_logprob"], abs=1e-5)
@@ -216,3 +216,27 @@ def test_a_shard_of_a_binary_archive_decodes_only_its_own_lattices(tmp_path):
     assert [lat.key for lat in iter_lattices([f"ark:{archive}"], "kaldi", short, shard=(0, 2))] == ["utt1"]
     with pytest.raises(ValueError, match="symbol table"):
         list(iter_lattices([f"ark:{archive}"], "kaldi", short, shard=(1, 2)))
+
+
+def test_a_lattice_that_cannot_be_written_is_left_out_and_the_job_goes_on(capsys, tmp_path, model_dir):
+    """``--out ark:`` with a --words table that lacks one lattice's word: that lattice fails (named,
+    left out of every output), the others are written; the archive reads back."""
+    words = tmp_path / "words.txt"
+    words.write_text("".join(f"{w} {i}\n" for i, w in enumerate(["<eps>", "the", "cat", "sat", "a", "!SIL", "ran"])))
+    archive = tmp_path / "lats.txt"
+    archive.write_text(ARCHIVE)  # utt2 has "dog", which the table lacks
+    out, text = tmp_path / "out.ark", tmp_path / "text"
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--words", str(words), "--out", f"ark:{out}",
+                               "--text-dir", str(text), str(archive)], status=2)
+    assert captured.out.splitlines() == ["utt1 the cat sat", "utt2\tERROR"]
+    assert "lattice 'utt2': field words: word 'dog' has no id in the symbol table" in captured.err
+    assert "1 of 2 lattice(s) could not be rescored or written" in captured.err
+    assert [lat.key for lat in read_lattice_file(out, "kaldi", tuple(words.read_text().split()[::2]))] == ["utt1"]
+    assert (text / "1" / "text").read_text() == "utt1 the cat sat\n"
+
+
+def test_an_input_with_no_lattice_warns(capsys, tmp_path, model_dir):
+    empty = tmp_path / "empty.ark"
+    empty.write_bytes(b"")
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), f"ark:{empty}"])
+    assert captured.out == "" and f"afp: warning: no lattice was read from ark:{empty}" in captured.err
