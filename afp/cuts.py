@@ -9,20 +9,22 @@ A cut names its lattice in ``cut.custom``:
 The output CutSet is the input with ``custom["hypothesis"]`` (the rescored 1-best, words joined
 by spaces) and ``custom["rescore"]`` (its scores and the expansion statistics) on every cut.
 Cuts whose supervisions carry text are scored against it (:mod:`afp.wer`). The summary's
-``wer`` is a fraction (errors / reference words), ``None`` without reference words.
+``wer`` is in percent, as everywhere (``None`` without reference words).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from afp.jobs import Failure, rescore_all
+from afp.wer import WerStats, cut_reference, word_errors
 from lattices.formats import read_lattice_file
 from lattices.lattice import Lattice, LatticeFormatError
-from lattices.rescore import RescoreOptions, rescore
+from lattices.rescore import RescoreOptions
 from lattices.scorer import ContextScorer
-from afp.wer import WerStats, cut_reference, word_errors
 
 
 class CutLatticeError(ValueError):
@@ -53,13 +55,19 @@ def _lattice_for(cut: Any, base: Path, symbols: Sequence[str] | None, cache: dic
 
 
 def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextScorer, options: RescoreOptions,
-                 symbols: Sequence[str] | None = None, device: str | None = None,
-                 progress: bool | None = None) -> dict[str, Any]:
-    """Rescore every cut's lattice, write the CutSet with hypotheses, return a summary with WER."""
-    import sys
+                 symbols: Sequence[str] | None = None, device: str | None = None, progress: bool | None = None,
+                 old_lm: ContextScorer | None = None, warn: Callable[[str], None] | None = None, workers: int = 1,
+                 batch_pairs: int = 262_144) -> dict[str, Any]:
+    """Rescore every cut's lattice, write the CutSet with hypotheses, return a summary with WER.
 
+    The lattices go through :func:`afp.jobs.rescore_all`, the job code of ``afp rescore`` (the
+    same options, ``old_lm``, every LM weight, ``workers``, the unknown-word warning): a cut whose
+    lattice cannot be read or rescored gets ``custom["rescore"] = {"error": ...}`` and no
+    hypothesis, and the job goes on. Each cut gets ``custom["hypothesis"]`` (the first LM
+    weight's 1-best) and, with several weights, ``custom["hypotheses"]`` (``{"%g" % weight:
+    words}``). The summary holds, per LM weight, the WER counts in percent (``wer``, as ``afp
+    tune`` and ``afp wer`` report it), and ``failed``: the cuts without a hypothesis."""
     from lhotse import CutSet, load_manifest
-    from tqdm import tqdm
 
     cuts_path = Path(cuts_path)
     try:
@@ -69,24 +77,51 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
     if not isinstance(cuts, CutSet):
         raise CutLatticeError(f"{cuts_path}: expected a CutSet, got {type(cuts).__name__}")
     base = cuts_path.resolve().parent
-    errors, cache, out = WerStats.zero(), {}, []
-    show = sys.stderr.isatty() if progress is None else progress
-    for cut in tqdm(cuts, desc="rescoring cuts", unit="cut", disable=not show):
-        result = rescore(_lattice_for(cut, base, symbols, cache), scorer, options, device=device)[0]
-        hypothesis = result.best.words
-        summary = {**result.best.to_json(), "expanded_arcs": result.stats["expanded_arcs"],
-                   "expanded_states": result.stats["expanded_states"], "oov": result.stats["oov"]}
-        summary.pop("words")
+    cache: dict[Path, list[Lattice]] = {}
+    weights = options.lm_weights
+    errors = {w: WerStats.zero() for w in weights}
+    fed: deque[Any] = deque()  # cuts whose lattices rescore_all has taken, in order
+    out: list[Any] = []
+    failed: list[str] = []
+
+    def fail(cut: Any, message: str) -> None:
+        failed.append(cut.id)
+        out.append(cut.with_custom("rescore", {"error": message}))
+        if warn is not None:
+            warn(message)
+
+    def lattices() -> Iterator[Lattice]:
+        for cut in cuts:
+            try:
+                lattice = _lattice_for(cut, base, symbols, cache)
+            except CutLatticeError as err:  # this cut only; the job goes on
+                fail(cut, str(err))
+                continue
+            fed.append(cut)
+            yield lattice
+
+    for outcome in rescore_all(lattices(), scorer, options, device=device, progress=progress, old_lm=old_lm,
+                               warn=warn, workers=workers, batch_pairs=batch_pairs):
+        cut = fed.popleft()
+        if isinstance(outcome, Failure):
+            fail(cut, f"cut {cut.id!r}: {outcome.message}")
+            continue
         reference = cut_reference(cut)
-        if reference:
-            errors = errors + word_errors(reference, hypothesis)
-        out.append(cut.with_custom("hypothesis", " ".join(hypothesis)).with_custom("rescore", summary))
+        for result in outcome:
+            if reference:
+                errors[result.lm_weight] = errors[result.lm_weight] + word_errors(reference, result.best.words)
+        first = outcome[0]
+        summary = {**first.best.to_json(), "lm_weight": first.lm_weight,
+                   "expanded_arcs": first.stats["expanded_arcs"], "expanded_states": first.stats["expanded_states"],
+                   "oov": first.stats["oov"]}
+        summary.pop("words")
+        cut = cut.with_custom("hypothesis", " ".join(first.best.words)).with_custom("rescore", summary)
+        if len(outcome) > 1:
+            cut = cut.with_custom("hypotheses", {f"{r.lm_weight:g}": " ".join(r.best.words) for r in outcome})
+        out.append(cut)
+    order = {cut.id: i for i, cut in enumerate(cuts)}
+    out.sort(key=lambda cut: order[cut.id])  # failures found while reading come before earlier cuts' results
     CutSet.from_cuts(out).to_file(out_path)
-    return {"cuts": len(out), "out": str(out_path), **_summary(errors)}
-
-
-def _summary(errors: WerStats) -> dict[str, Any]:
-    """The WER part of ``afp rescore-cuts``'s summary (``wer`` a fraction, as it always was)."""
-    return {"wer": errors.errors / errors.ref_words if errors.ref_words else None,
-            "substitutions": errors.substitutions, "deletions": errors.deletions, "insertions": errors.insertions,
-            "reference_words": errors.ref_words, "utterances": errors.sentences}
+    per_weight = [{"lm_weight": w, **errors[w].to_json()} for w in weights]
+    return {"cuts": len(out), "out": str(out_path), "failed": len(failed), "failed_cuts": failed[:20],
+            **per_weight[0], "per_lm_weight": per_weight}

@@ -307,8 +307,12 @@ def cmd_rescore_cuts(args: argparse.Namespace) -> None:
     symbols = _read_symbols(args.words) if args.words else None
     loaded = _load(args.model, args.device)
     summary = rescore_cuts(args.cuts, args.out, _scorer(loaded, args), _rescore_options(args), symbols,
-                           device=loaded.device.type)
+                           device=loaded.device.type, old_lm=_old_lm(args.old_lm), warn=_warn,
+                           workers=args.workers, batch_pairs=args.batch_pairs)
     print(json.dumps(summary))
+    if summary["failed"]:
+        raise CLIError(f"{summary['failed']} of {summary['cuts']} cut(s) could not be rescored (see above; they "
+                       f"have custom['rescore']['error'] in {args.out})")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -404,6 +408,14 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
                    help="best path, or minimum Bayes risk (least expected word errors)")
     p.add_argument("--posteriors", action="store_true",
                    help="word posteriors of the best path, one per word (JSON best.word_posteriors; CTM confidence)")
+
+
+def _add_workers(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=_positive, default=1, metavar="N",
+                   help="rescore N lattices at a time, their LM scoring merged into one model call (worth it on "
+                        "a GPU); results stay in input order (default 1)")
+    p.add_argument("--batch-pairs", type=_positive, default=262_144, metavar="N",
+                   help="with --workers: the most (context, word) pairs of one merged model call")
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
@@ -510,11 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=formats)
     _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
-    p.add_argument("--workers", type=_positive, default=1, metavar="N",
-                   help="rescore N lattices at a time, their LM scoring merged into one model call (worth it on "
-                        "a GPU); results stay in input order (default 1)")
-    p.add_argument("--batch-pairs", type=_positive, default=262_144, metavar="N",
-                   help="with --workers: the most (context, word) pairs of one merged model call")
+    _add_workers(p)
     p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
     p.add_argument("--show-first-pass", action="store_true",
                    help="after each result, the first pass's 1-best ('=KEY' unchanged, '*KEY' changed)")
@@ -551,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuts", required=True, metavar="CUTS", help="input CutSet manifest")
     p.add_argument("--out", required=True, metavar="CUTS", help="output CutSet manifest")
     _add_rescore_options(p)
+    _add_workers(p)
     p.set_defaults(func=cmd_rescore_cuts)
 
     p = sub.add_parser("serve", help="run the HTTP server (settings also from AFP_* environment variables)")

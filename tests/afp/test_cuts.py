@@ -38,8 +38,8 @@ def test_rescore_cuts_writes_hypotheses_and_wer(tmp_path, capsys):
     assert main(["rescore-cuts", "--model", str(model), "--cuts", str(cuts), "--out", str(tmp_path / "out.jsonl.gz"),
                  "--lm-weight", "0"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["cuts"] == 2 and summary["reference_words"] == 6
-    assert summary["substitutions"] == 1 and summary["wer"] == pytest.approx(1 / 6)
+    assert summary["cuts"] == 2 and summary["ref_words"] == 6 and summary["failed"] == 0
+    assert summary["substitutions"] == 1 and summary["wer"] == pytest.approx(100 / 6)  # percent, as afp tune
     out = list(load_manifest(tmp_path / "out.jsonl.gz"))
     assert [c.custom["hypothesis"] for c in out] == ["the cat sat", "the dog ran"]
     assert out[0].custom["rescore"]["expanded_arcs"] == 6 and "lm_logprob" in out[0].custom["rescore"]
@@ -56,3 +56,40 @@ def test_cut_without_lattice_is_a_clear_error(tmp_path, capsys):
                  "--out", str(tmp_path / "o.jsonl.gz")]) == 2
     err = capsys.readouterr().err
     assert "missing.txt" in err and "no such file" in err and "rec1" in err
+    out = list(load_manifest(tmp_path / "o.jsonl.gz"))  # every cut is written, each with its error
+    assert all("no such file" in c.custom["rescore"]["error"] and "hypothesis" not in c.custom for c in out)
+
+
+def test_rescore_cuts_goes_through_the_rescore_job(tmp_path, capsys):
+    """An oversized lattice fails its cut only; every LM weight and --old-lm are used; --workers
+    gives the same answer; the hypotheses equal afp rescore's on the same lattices."""
+    from lhotse import load_manifest
+
+    from tests.lm.test_ngram import HAND
+
+    model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+    cuts = make_cuts(tmp_path, ["the cat sat", "the dog sat"])
+    arpa = tmp_path / "G.arpa"
+    arpa.write_text(HAND)
+    common = ["--model", str(model), "--lm-weight", "0.5", "--lm-weight", "1", "--old-lm", str(arpa),
+              "--old-lm-weight", "0.5"]
+    assert main(["rescore-cuts", *common, "--cuts", str(cuts), "--out", str(tmp_path / "a.jsonl.gz")]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(["rescore", *common, "--json", str(tmp_path / "lats" / "archive.txt")]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    out = list(load_manifest(tmp_path / "a.jsonl.gz"))
+    assert [c.custom["hypotheses"] for c in out] == [
+        {f"{r['lm_weight']:g}": " ".join(r["best"]["words"]) for r in rows if r["key"] == key} for key in ("utt1", "utt2")]
+    assert [r["lm_weight"] for r in one["per_lm_weight"]] == [0.5, 1.0]
+    assert main(["rescore-cuts", *common, "--workers", "2", "--cuts", str(cuts), "--out", str(tmp_path / "b.jsonl.gz")]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in two.items() if k != "out"} == {k: v for k, v in one.items() if k != "out"}
+    # an expansion budget that utt1 (two first words) exceeds and utt2 does not
+    assert main(["rescore-cuts", "--model", str(model), "--max-arcs", "4", "--cuts", str(cuts),
+                 "--out", str(tmp_path / "c.jsonl.gz")]) == 2
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.splitlines()[0])
+    assert summary["failed"] == 1 and summary["cuts"] == 2 and summary["sentences"] == 1
+    assert "exceeds the budget" in captured.err and "1 of 2 cut(s) could not be rescored" in captured.err
+    out = list(load_manifest(tmp_path / "c.jsonl.gz"))
+    assert "exceeds the budget" in out[0].custom["rescore"]["error"] and "hypothesis" in out[1].custom
