@@ -1,0 +1,170 @@
+"""The Python API: load a model, score sentences, rescore lattices and n-best lists.
+
+For users of icefall, ESPnet and NeMo, who live in Python. Everything here goes through the code
+the command line and the server use (:func:`lm.scorer.text_score` for sentences,
+:func:`afp.jobs.rescore_all` for lattices), so the same input gets the same answer from
+``afp score``, ``afp rescore``, ``POST /v1/rescore`` and this module::
+
+    import afp
+
+    model = afp.load_model()                      # the bundled default model
+    model.score(["YEAH I THINK SO"])[0].logprob   # natural log, </s> included
+    for results in model.rescore("examples/lattice.txt", nbest=2, lm_weight=0.5):
+        print(results[0].key, results[0].best.words)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from afp.defaults import default_model_dir
+from afp.jobs import Failure, iter_lattices, rescore_all
+from afp.symbols import read_words_txt
+from lattices.formats import read_json_value
+from lattices.lattice import Lattice
+from lattices.rescore import RescoreOptions, RescoreResult
+from lattices.scorer import ContextScorer
+from lm.checkpoint import LoadedModel, load_checkpoint
+from lm.device import resolve_device
+from lm.scorer import LMScorer, TextScore, text_score
+
+__all__ = ["Model", "RescoreFailed", "SentenceScore", "load_model", "rescore_options"]
+
+#: what :meth:`Model.rescore` takes: a path or Kaldi specifier, a parsed JSON value (an n-best
+#: list, a JSON lattice, a k2 dict, or a list of them), a :class:`~lattices.lattice.Lattice`
+Input = str | Path | dict[str, Any] | Lattice
+
+
+class RescoreFailed(ValueError):
+    """A lattice could not be rescored (over the expansion budget, malformed...); ``key`` names it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class SentenceScore:
+    """One sentence's score: its ``words``, ``token_logprobs`` (one per word, then ``</s>``;
+    natural logs) and their sum ``logprob``; ``unknown``: words scored as ``<unk>``."""
+
+    words: list[str]
+    token_logprobs: list[float]
+    logprob: float
+    unknown: int
+
+
+def rescore_options(**options: Any) -> RescoreOptions:
+    """:class:`~lattices.rescore.RescoreOptions` from keyword arguments named as the HTTP request
+    fields and the command-line flags: ``lm_weight`` (a number or a list), ``old_lm_weight``,
+    ``acoustic_scale``, ``word_penalty``, ``unk_penalty``, ``score_weights`` (a dict), ``nbest``,
+    ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``max_arcs``,
+    ``auto_prune``, ``old_lm_score`` (and ``RescoreOptions``' own field names)."""
+    renamed = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "prune_if_too_large": "auto_prune"}
+    fields_ = {renamed.get(name, name): value for name, value in options.items()}
+    weights = fields_.get("lm_weights")
+    if weights is not None:
+        fields_["lm_weights"] = tuple(weights) if isinstance(weights, (list, tuple)) else (weights,)
+    if isinstance(fields_.get("score_weights"), dict):
+        fields_["score_weights"] = tuple(fields_["score_weights"].items())
+    unknown = sorted(set(fields_) - {f.name for f in fields(RescoreOptions)})
+    if unknown:
+        raise TypeError(f"unknown rescoring option(s) {', '.join(unknown)}")
+    return RescoreOptions(**fields_)
+
+
+class Model:
+    """A loaded language model with the scorer every front end uses (``precision``: the output
+    layer's, ``auto`` = bf16 on CUDA and fp32 on a CPU, as ``afp rescore`` and ``afp serve``)."""
+
+    def __init__(self, loaded: LoadedModel, score_precision: str = "auto") -> None:
+        self.loaded = loaded
+        self.scorer = LMScorer(loaded, precision=score_precision)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What ``afp info --json`` prints."""
+        return {**self.loaded.info(), "score_precision": self.scorer.precision}
+
+    def score(self, sentences: Iterable[str | Sequence[str]]) -> list[SentenceScore]:
+        """Each sentence's log-probability (``afp score``): a string is split at white space."""
+        out: list[SentenceScore] = []
+        unknown = self.scorer.known
+
+        def keep(words: Sequence[str], values: Any) -> None:
+            known = unknown(list(words)).tolist() if words else []
+            out.append(SentenceScore(list(words), values.tolist(), float(values.sum()), known.count(False)))
+
+        text_score(self.scorer, _sentences(sentences), on_sentence=keep)
+        return out
+
+    def perplexity(self, sentences: Iterable[str | Sequence[str]]) -> TextScore:
+        """Perplexity over words and one ``</s>`` per sentence (``afp ppl``); ``.to_json()`` gives
+        ``{"ppl", "tokens", "sentences", "oov", "logprob"}``."""
+        return text_score(self.scorer, _sentences(sentences))
+
+    def rescore(self, inputs: Input | Sequence[Input], *, format: str = "auto", words: str | Path | None = None,
+                old_lm: str | Path | ContextScorer | None = None, workers: int = 1,
+                **options: Any) -> list[list[RescoreResult]]:
+        """Rescore lattices or n-best lists exactly (``afp rescore``); one list per lattice, with a
+        :class:`~lattices.rescore.RescoreResult` per LM weight (``.best.words``, ``.best.score``,
+        ``.nbest``...).
+
+        Args:
+          inputs: a file or Kaldi specifier (``"ark:lat.1"``, ``"ark:gunzip -c lat.1.gz |"``), an
+            ESPnet n-best directory, a parsed JSON value (an n-best list ``{"key", "hypotheses":
+            [{"words", "scores"}]}``, a JSON lattice, a k2 dict), a ``Lattice``, or a list of these.
+          format: the input format (``auto`` guesses).
+          words: a ``words.txt`` for integer word ids.
+          old_lm: the ARPA file (or scorer) of the old LM, subtracted exactly (``--old-lm``).
+          workers: lattices rescored at a time, their scoring merged (``--workers``).
+          options: :func:`rescore_options`.
+        Raises:
+          RescoreFailed: a lattice could not be rescored (the message says why).
+        """
+        settings = rescore_options(**options)
+        symbols = read_words_txt(words) if words is not None else None
+        lattices = _lattices(inputs if isinstance(inputs, (list, tuple)) else [inputs], format, symbols)
+        scorer = _old_lm(old_lm)
+        out = []
+        for outcome in rescore_all(lattices, self.scorer, settings, device=self.loaded.device.type, progress=False,
+                                   old_lm=scorer, workers=workers):
+            if isinstance(outcome, Failure):
+                raise RescoreFailed(outcome.key, outcome.message)
+            out.append(outcome)
+        return out
+
+
+def load_model(path: str | Path | None = None, device: str = "auto", score_precision: str = "auto") -> Model:
+    """A model directory (default: ``$AFP_MODEL_DIR``, else the bundled default model) on
+    ``device`` (``auto``: CUDA when there is a GPU, else the CPU)."""
+    loaded = load_checkpoint(path or default_model_dir(), device=str(resolve_device(device)))
+    return Model(loaded, score_precision)
+
+
+def _sentences(sentences: Iterable[str | Sequence[str]]) -> Iterator[list[str]]:
+    from lm.corpus import strip_boundaries
+
+    for sentence in sentences:
+        yield strip_boundaries(sentence.split() if isinstance(sentence, str) else list(sentence))
+
+
+def _lattices(inputs: Sequence[Input], fmt: str, symbols: Sequence[str] | None) -> Iterator[Lattice]:
+    for item in inputs:
+        if isinstance(item, Lattice):
+            yield item
+        elif isinstance(item, (str, Path)):
+            yield from iter_lattices([str(item)], fmt, symbols)
+        else:
+            yield from read_json_value(item, fmt, symbols, source="input")
+
+
+def _old_lm(old_lm: str | Path | ContextScorer | None) -> ContextScorer | None:
+    if old_lm is None or not isinstance(old_lm, (str, Path)):
+        return old_lm
+    from lm.ngram import NgramScorer, read_arpa
+
+    return NgramScorer(read_arpa(old_lm))
