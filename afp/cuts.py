@@ -65,7 +65,8 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
     lattice cannot be read or rescored gets ``custom["rescore"] = {"error": ...}`` and no
     hypothesis, and the job goes on. Each cut gets ``custom["hypothesis"]`` (the first LM
     weight's 1-best) and, with several weights, ``custom["hypotheses"]`` (``{"%g" % weight:
-    words}``). The summary holds, per LM weight, the WER counts in percent (``wer``, as ``afp
+    words}``); ``custom["rescore"]`` holds the first weight's scores and ``per_lm_weight``
+    (``{"%g" % weight: {"words", "score"}}``). The summary holds, per LM weight, the WER counts in percent (``wer``, as ``afp
     tune`` and ``afp wer`` report it), and ``failed``: the cuts without a hypothesis."""
     from lhotse import CutSet, load_manifest
 
@@ -113,7 +114,9 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
         first = outcome[0]
         summary = {**first.best.to_json(), "lm_weight": first.lm_weight,
                    "expanded_arcs": first.stats["expanded_arcs"], "expanded_states": first.stats["expanded_states"],
-                   "oov": first.stats["oov"]}
+                   "oov": first.stats["oov"],
+                   "per_lm_weight": {f"{r.lm_weight:g}": {"words": " ".join(r.best.words), "score": r.best.score}
+                                     for r in outcome}}
         summary.pop("words")
         cut = cut.with_custom("hypothesis", " ".join(first.best.words)).with_custom("rescore", summary)
         if len(outcome) > 1:

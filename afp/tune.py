@@ -194,6 +194,26 @@ class Tuner:
                 out[i].append(words)
         return out
 
+    def decisions(self, point: dict[str, float], mbr: bool = False) -> list[tuple[str, list[str], float]]:
+        """At one grid point, every utterance's ``(key, chosen words, total score)``: what ``afp
+        rescore`` with these weights returns as ``best`` (the score of the chosen hypothesis's
+        best path; under MBR the best path of the chosen word sequence)."""
+        out = []
+        for utt in self.utterances:
+            if utt.hyp_parts is not None:
+                assert utt.hyp_words is not None and utt.group is not None
+                vector = self._vector(point, utt.acoustic_scale)
+                scores = utt.hyp_parts @ vector
+                (choice,) = self._table_choice(utt, vector.unsqueeze(1), mbr).tolist()
+                rows = (utt.group == choice).nonzero().squeeze(1) if mbr else torch.tensor([choice])
+                best = int(rows[torch.argmax(scores[rows])])
+                out.append((utt.key, list(utt.hyp_words[best]), float(scores[best])))
+            else:
+                assert utt.scored is not None
+                result = rescore_scored(utt.scored, self._options(point, mbr))[0]
+                out.append((utt.key, result.best.words, result.best.score))
+        return out
+
     def evaluate(self, points: Sequence[dict[str, float]], mbr: bool = False,
                  mbr_scale: float | None = None) -> numpy.ndarray:
         """Word errors of each grid point summed over the corpus, int ``(P,)`` (Viterbi, or MBR

@@ -211,7 +211,12 @@ def _load_runtime(settings: Settings, metrics: Metrics):
     scorer = BatchingScorer(LMScorer(loaded, precision=settings.score_precision), enabled=settings.batching_on(loaded.device.type),
                             max_wait=settings.batch_max_wait_ms / 1000, max_pairs=settings.batch_max_pairs,
                             on_batch=metrics.on_batch)
-    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics)
+    old_lm = None
+    if settings.old_lm is not None:
+        from lm.ngram import NgramScorer, read_arpa
+
+        old_lm = NgramScorer(read_arpa(settings.old_lm))
+    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -24,6 +24,7 @@ from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import check_deadline
 from lattices.rescore import RescoreOptions, rescore
 from lattices.scored import WeightError
+from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
 from lm.corpus import strip_boundaries
 from lm.scorer import text_score
@@ -47,6 +48,7 @@ class Runtime:
     loaded: LoadedModel
     scorer: BatchingScorer
     metrics: Metrics
+    old_lm: ContextScorer | None = None  # AFP_OLD_LM: subtracted exactly from every request's graph scores
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _running: int = 0
 
@@ -74,7 +76,8 @@ class Runtime:
         name = self.settings.model_name or (self.loaded.path.name if self.loaded.path else info["name"])
         return {"name": name, **{k: info[k] for k in ("cell", "layers", "hidden", "rho", "context_size",
                                                        "vocab_size", "parameters", "device")},
-                "score_precision": self.scorer.inner.precision, "batching": self.scorer.enabled}
+                "score_precision": self.scorer.inner.precision, "batching": self.scorer.enabled,
+                "old_lm": str(self.settings.old_lm) if self.settings.old_lm is not None else None}
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait for running work (a timed-out request stops at its deadline), then stop the batcher."""
@@ -169,7 +172,8 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     out, warnings = [], []
     for lattice in lattices:
         check_deadline(deadline)
-        for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device):
+        for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device,
+                              old_lm=runtime.old_lm):
             warning = None if warnings else unknown_words_warning(result.key, result.stats, runtime.scorer.known)
             if warning is not None:  # once per request, as afp rescore warns once per job
                 warnings.append(warning)

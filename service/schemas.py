@@ -167,6 +167,8 @@ class ModelInfo(BaseModel):
     device: str
     score_precision: str = Field(description="output layer of scoring: fp32 or bf16 (lm/output.py)")
     batching: bool
+    old_lm: str | None = Field(default=None, description="the ARPA n-gram subtracted exactly from graph scores "
+                                                         "(AFP_OLD_LM), or null")
 
 
 class ModelsResponse(BaseModel):

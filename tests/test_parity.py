@@ -1,0 +1,172 @@
+"""One answer from every door: the same lattices and n-best lists, with the same options, rescored
+through ``afp rescore``, ``afp rescore --workers 2``, ``POST /v1/rescore``, ``afp tune``'s tuner at
+a fixed point and ``afp rescore-cuts`` give the same best words and scores (within 1e-4).
+
+The inputs carry what has split the doors before: out-of-vocabulary words, a literal ``<unk>``
+with an unknown-word penalty, an old LM subtracted exactly (``--old-lm``), several LM weights,
+lattice and n-best input, Viterbi and MBR decoding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from afp.tune import Tuner
+from lattices.formats import read_lattice_file
+from lattices.rescore import RescoreOptions
+from lm.checkpoint import load_checkpoint
+from lm.ngram import NgramScorer, read_arpa
+from lm.scorer import LMScorer
+from service.cli import main
+from tests.factories import saved_model
+from tests.lm.test_ngram import HAND
+from tests.service.test_app import client_for
+
+# Kaldi CompactLattices (graph,acoustic costs): OOV words (zork, quux), a literal <unk>, silence
+LATTICES = """utt1
+0 1 the 1.5,10,
+0 1 a 1.0,12,
+1 2 cat 0.5,8,
+1 2 zork 0.4,8.5,
+2 3 sat 0.5,40,
+2 3 <unk> 0.7,1,
+3 0,0,
+
+utt2
+0 1 the 1,10,
+1 2 dog 2,11,
+1 2 <unk> 1.5,11.5,
+2 3 !SIL 0,3,
+3 4 ran 1,45,
+3 4 quux 0.8,1,
+4
+
+"""
+
+# n-best lists (the nbest-json form): named scores, the recogniser's LM as "lm"
+NBEST = [
+    {"key": "utt3", "hypotheses": [
+        {"words": "the cat sat", "scores": {"decoder": -3.0, "ctc": -2.5, "lm": -9.0}},
+        {"words": "the <unk> sat", "scores": {"decoder": -0.5, "ctc": -0.4, "lm": -8.5}},
+        {"words": "a cat zork", "scores": {"decoder": -2.9, "ctc": -2.4, "lm": -12.0}},
+        {"words": "the cat", "scores": {"decoder": -3.5, "ctc": -3.1, "lm": -7.0}}]},
+    {"key": "utt4", "hypotheses": [
+        {"words": "big dog ran", "scores": {"decoder": -4.0, "ctc": -3.0, "lm": -10.0}},
+        {"words": "big quux ran", "scores": {"decoder": -0.9, "ctc": -0.2, "lm": -11.0}},
+        {"words": "a big dog ran", "scores": {"decoder": -4.4, "ctc": -3.1, "lm": -12.5}}]},
+]
+REFERENCES = {"utt1": "the cat sat", "utt2": "the dog ran", "utt3": "the cat sat", "utt4": "big dog ran"}
+LM_WEIGHTS = (0.5, 1.0)
+
+CASES = {
+    # name: (input file, format, options as CLI flags, the same as HTTP fields)
+    "lattice-viterbi": ("lattices.txt", "kaldi", ["--unk-penalty", "-3", "--old-lm-weight", "0.5"],
+                        {"unk_penalty": -3, "old_lm_weight": 0.5}),
+    "lattice-mbr": ("lattices.txt", "kaldi", ["--unk-penalty", "-3", "--decode", "mbr", "--mbr-scale", "0.5"],
+                    {"unk_penalty": -3, "decode": "mbr", "mbr_scale": 0.5}),
+    "nbest-viterbi": ("nbest.json", "nbest-json", ["--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.3",
+                                                   "--unk-penalty", "-2", "--word-penalty", "0.5"],
+                      {"score_weights": {"decoder": 0.6, "ctc": 0.4}, "old_lm_weight": 0.3, "unk_penalty": -2,
+                       "word_penalty": 0.5}),
+    "nbest-mbr": ("nbest.json", "nbest-json", ["--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.3",
+                                               "--decode", "mbr"],
+                  {"score_weights": {"decoder": 0.6, "ctc": 0.4}, "old_lm_weight": 0.3, "decode": "mbr"}),
+}
+
+Answer = dict[tuple[str, float], tuple[list[str], float]]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("parity")
+    saved_model(root / "model", cell="gru", mode="afp", rho=2)
+    (root / "lattices.txt").write_text(LATTICES)
+    (root / "nbest.json").write_text(json.dumps(NBEST))
+    (root / "G.arpa").write_text(HAND)
+    return root
+
+
+def cli_answer(capsys, root: Path, name: str, extra: list[str]) -> Answer:
+    path, fmt, flags, _ = CASES[name]
+    argv = ["rescore", "--model", str(root / "model"), "--format", fmt, "--json", "--old-lm", str(root / "G.arpa"),
+            *[a for w in LM_WEIGHTS for a in ("--lm-weight", str(w))], *flags, *extra, str(root / path)]
+    assert main(argv) == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return {(r["key"], r["lm_weight"]): (r["best"]["words"], r["best"]["score"]) for r in rows}
+
+
+def http_answer(root: Path, name: str) -> Answer:
+    path, fmt, _, fields = CASES[name]
+    text = (root / path).read_text()
+    lattice = json.loads(text) if fmt == "nbest-json" else text
+    with client_for(root / "model", old_lm=str(root / "G.arpa")) as client:
+        r = client.post("/v1/rescore", json={"format": fmt, "lattice": lattice, "lm_weight": list(LM_WEIGHTS),
+                                             **fields})
+    assert r.status_code == 200, r.text
+    return {(x["key"], x["lm_weight"]): (x["best"]["words"], x["best"]["score"]) for x in r.json()["results"]}
+
+
+def tune_answer(root: Path, name: str) -> Answer:
+    path, fmt, _, fields = CASES[name]
+    options = RescoreOptions(score_weights=tuple(fields.get("score_weights", {}).items()),
+                             mbr_scale=fields.get("mbr_scale", 1.0))
+    scorer = LMScorer(load_checkpoint(root / "model"))
+    tuner = Tuner(scorer, options, {k: v.split() for k, v in REFERENCES.items()}, old_lm=NgramScorer(
+        read_arpa(root / "G.arpa")), mbr=fields.get("decode") == "mbr")
+    tuner.add(read_lattice_file(root / path, fmt))
+    out: Answer = {}
+    for weight in LM_WEIGHTS:
+        point = {"lm_weight": weight, "old_lm_weight": fields.get("old_lm_weight", 0.0),
+                 "word_penalty": fields.get("word_penalty", 0.0), "unk_penalty": fields.get("unk_penalty", 0.0)}
+        for key, words, score in tuner.decisions(point, mbr=fields.get("decode") == "mbr"):
+            out[(key, weight)] = (words, score)
+    return out
+
+
+def cuts_answer(capsys, root: Path, name: str) -> Answer:
+    from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet, load_manifest
+
+    path, fmt, flags, _ = CASES[name]
+    keys = [k for k in REFERENCES if k in (root / path).read_text()]
+    recordings = RecordingSet.from_recordings(
+        [Recording(id=k, sources=[], sampling_rate=16000, num_samples=16000, duration=1.0) for k in keys])
+    supervisions = SupervisionSet.from_segments(
+        [SupervisionSegment(id=f"sup-{k}", recording_id=k, start=0, duration=1.0, text=REFERENCES[k]) for k in keys])
+    cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
+    cuts = CutSet.from_cuts(c.with_custom("lattice", str(root / path)).with_custom("lattice_format", fmt)
+                            .with_custom("lattice_key", c.recording_id) for c in cuts)
+    manifest, out = root / f"cuts-{name}.jsonl.gz", root / f"out-{name}.jsonl.gz"
+    cuts.to_file(manifest)
+    argv = ["rescore-cuts", "--model", str(root / "model"), "--old-lm", str(root / "G.arpa"),
+            *[a for w in LM_WEIGHTS for a in ("--lm-weight", str(w))], *flags, "--cuts", str(manifest), "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    answer: Answer = {}
+    for cut in load_manifest(out):
+        for weight in LM_WEIGHTS:
+            words = cut.custom["hypotheses"][f"{weight:g}"].split()
+            score = cut.custom["rescore"]["per_lm_weight"][f"{weight:g}"]["score"]
+            answer[(cut.recording_id, weight)] = (words, score)
+    return answer
+
+
+def assert_same(expected: Answer, got: Answer, door: str) -> None:
+    assert sorted(got) == sorted(expected), door
+    for key, (words, score) in expected.items():
+        assert got[key][0] == words, (door, key, got[key][0], words)
+        assert got[key][1] == pytest.approx(score, abs=1e-4), (door, key)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_door_gives_the_same_answer(capsys, setup, name):
+    reference = cli_answer(capsys, setup, name, [])
+    assert len(reference) == 2 * len(LM_WEIGHTS)
+    words = {w for words, _ in reference.values() for w in words}
+    assert words & {"<unk>", "zork", "quux"}, "the inputs' unknown words were never chosen: the test would not see them"
+    assert_same(reference, cli_answer(capsys, setup, name, ["--workers", "2", "--batch-pairs", "7"]), "--workers 2")
+    assert_same(reference, http_answer(setup, name), "POST /v1/rescore")
+    assert_same(reference, tune_answer(setup, name), "afp tune")
+    assert_same(reference, cuts_answer(capsys, setup, name), "afp rescore-cuts")
