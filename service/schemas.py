@@ -113,8 +113,10 @@ class LatticeResult(BaseModel):
     word_penalty: float
     expanded_states: int
     expanded_arcs: int
-    lattice_states: int
-    lattice_arcs: int
+    lattice_states: int = Field(description="states of the lattice that was expanded: the input, or the pruned "
+                                            "input when it was pruned (pruned.states_before: the input's)")
+    lattice_arcs: int = Field(description="arcs of the lattice that was expanded: the input, or the pruned input "
+                                          "when it was pruned (pruned.arcs_before: the input's)")
     unique_contexts: int
     scored_pairs: int
     rho: int

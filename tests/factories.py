@@ -161,3 +161,28 @@ def mutate_lines(text: str, mutations: list[tuple[str, int, str]], separator: st
         elif op == "swap-lines" and i + 1 < len(lines):
             lines[i], lines[i + 1] = lines[i + 1], lines[i]
     return "\n".join(separator.join(row) for row in lines)
+
+
+#: fuzzing mutations that keep a line-based lattice or model file valid and equal in meaning
+VALID_MUTATIONS = ("permute", "trailing-space", "blank-padding")
+
+
+def neutral_mutation(lines: list[str], movable: list[int], ops: list[tuple[str, int]]) -> list[str]:
+    """``lines`` changed only in ways a reader must accept with the same meaning: lines at the
+    indices ``movable`` permuted among themselves, trailing spaces or tabs on a line, extra blanks
+    between fields. A reader that rejects every input fails a test built on this, which a fuzz
+    test that only accepts errors cannot notice."""
+    out = list(lines)
+    for op, where in ops:
+        if op == "permute" and len(movable) > 1:
+            i, j = movable[where % len(movable)], movable[(where // 7) % len(movable)]
+            out[i], out[j] = out[j], out[i]
+        elif op == "trailing-space" and out:
+            i = where % len(out)
+            if out[i].strip():
+                out[i] += " \t"[where % 2] * (1 + where % 3)
+        elif op == "blank-padding" and out:
+            i = where % len(out)
+            if out[i].strip():
+                out[i] = out[i].replace(" ", "  ").replace("\t", "\t ")
+    return out

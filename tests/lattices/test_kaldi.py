@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from lattices.formats.kaldi import read_kaldi, write_kaldi
 from lattices.lattice import Lattice, LatticeFormatError
 from lm.vocab import parse_symbol_table
-from tests.factories import MUTATIONS, mutate_lines
+from tests.factories import MUTATIONS, SHARED_DATA, VALID_MUTATIONS, mutate_lines, neutral_mutation
 
-DATA = Path("/work/shared/data/lattices")
+DATA = SHARED_DATA / "lattices"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TENSORS = ("src", "dst", "words", "acoustic", "graph", "finals", "final_acoustic", "final_graph")
@@ -428,3 +428,17 @@ def test_fuzz_mutations_of_a_valid_archive(mutations, with_symbols):
 def test_unmutated_archive_is_valid():
     assert [lat.key for lat in read_kaldi(VALID)] == ["utt1", "utt2", "utt3", "utt4"]
     check_read(VALID, None)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(VALID_MUTATIONS), st.integers(0, 10**6)), min_size=1, max_size=6))
+def test_fuzz_neutral_mutations_of_a_valid_archive_still_parse_the_same(ops):
+    """Arc lines after each lattice's first (which names the start state) may come in any order,
+    with any blanks: every such archive reads, to the same lattices."""
+    expected = [canonical(lattice) for lattice in read_kaldi(VALID)]
+    blocks = []
+    for block in VALID.strip("\n").split("\n\n"):
+        lines = block.split("\n")
+        arcs = [i for i, line in enumerate(lines) if i > 1 and len(line.split()) >= 3]
+        blocks.append("\n".join(neutral_mutation(lines, arcs, ops)))
+    assert [canonical(lattice) for lattice in read_kaldi("\n\n".join(blocks) + "\n")] == expected

@@ -406,3 +406,21 @@ def test_fuzz_spliced_bytes(position, removed, inserted, with_symbols):
 def test_fuzz_arbitrary_bytes(data, prefix):
     check_read(prefix + data, SYMBOLS)
     check_sniffed(prefix + data, SYMBOLS)
+
+
+@FUZZ
+@given(st.lists(st.sampled_from([COMPACT_BIN, TRANSDUCER_BIN]), min_size=1, max_size=5))
+def test_fuzz_concatenated_archives_read_as_their_parts(parts):
+    """A binary archive is its lattices one after another: any concatenation of valid archives
+    reads, to the lattices of its parts in order (a reader that refused everything would fail)."""
+    def keyed(i: int, part: bytes) -> bytes:  # keys are unique within an archive
+        if part is TRANSDUCER_BIN:
+            return f"p{i}t ".encode() + part[2:]
+        return part.replace(b"utt1 ", f"p{i}u1 ".encode(), 1).replace(b"utt2 ", f"p{i}u2 ".encode(), 1)
+
+    parts = [keyed(i, part) for i, part in enumerate(parts)]
+    expected = [lattice for part in parts for lattice in read_kaldi_binary(part, SYMBOLS)]
+    got = read_kaldi_binary(b"".join(parts), SYMBOLS)
+    assert [lattice.key for lattice in got] == [lattice.key for lattice in expected]
+    for ours, theirs in zip(got, expected):
+        assert_same_lattice(ours, theirs)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from lattices.formats.openfst import read_openfst, write_openfst
 from lattices.lattice import Lattice, LatticeFormatError
-from tests.factories import MUTATIONS, mutate_lines
+from tests.factories import MUTATIONS, VALID_MUTATIONS, mutate_lines, neutral_mutation
 from tests.lattices.test_kaldi import FUZZ, TOKENS, assert_same_lattice, canonical, real_archive
 
 ACCEPTOR = """\
@@ -209,3 +209,14 @@ def test_fuzz_arbitrary_text(text, with_symbols):
                 min_size=1, max_size=3), st.booleans())
 def test_fuzz_mutations_of_a_valid_fst(base, mutations, with_symbols):
     check_read(mutate_lines(base, mutations), SYMBOLS if with_symbols else None)
+
+
+@FUZZ
+@given(st.sampled_from([ACCEPTOR, TRANSDUCER]),
+       st.lists(st.tuples(st.sampled_from(VALID_MUTATIONS), st.integers(0, 10**6)), min_size=1, max_size=6))
+def test_fuzz_neutral_mutations_of_a_valid_fst_still_parse_the_same(base, ops):
+    """Every line after the first (whose source is the start state) may come in any order, with
+    any blanks: it reads, to the same lattice."""
+    lines = base.strip("\n").split("\n")
+    mutated = "\n".join(neutral_mutation(lines, list(range(1, len(lines))), ops)) + "\n"
+    assert canonical(read_openfst(mutated, None)) == canonical(read_openfst(base, None))

@@ -21,7 +21,8 @@ from lm.corpus import encode
 from lm.ngram import LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer, read_arpa, sentence_logprob
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
-from tests.factories import MUTATIONS, all_paths, mutate_lines, patterned_sentences, random_lattice
+from tests.factories import (MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
+                             random_lattice)
 from tests.lattices.test_kaldi import FUZZ
 
 # A trigram model small enough to score by hand (log10 numbers below are read off these lines).
@@ -327,3 +328,25 @@ def test_rescoring_with_an_ngram_gives_its_sentence_logprobs(tmp_path, which):
     assert [h.lm_logprob for h in result.nbest] == pytest.approx(best, abs=1e-6)
     if which == "hand":
         assert result.best.words == ["a", "b"] and result.best.lm_logprob == pytest.approx(-0.85 * LOG10)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(VALID_MUTATIONS), st.integers(0, 10**6)), min_size=1, max_size=6))
+def test_fuzz_neutral_mutations_of_a_valid_file_still_parse_the_same(ops):
+    """The n-grams of a section may come in any order, with any blanks: the same model."""
+    lines = HAND.split("\n")
+    sections = []  # line indices of each section's n-grams
+    for i, line in enumerate(lines):
+        if line.startswith("\\") and line.endswith("-grams:"):
+            sections.append([])
+        elif sections and line.strip() and not line.startswith("\\"):
+            sections[-1].append(i)
+    for movable in sections:
+        lines = neutral_mutation(lines, movable, [(op, w) for op, w in ops if op == "permute"])
+    lines = neutral_mutation(lines, [], [(op, w) for op, w in ops if op != "permute"])
+    expected, got = read_arpa(HAND), read_arpa("\n".join(lines))
+    words = list(expected.words)
+    histories = [["<s>"], ["a"], ["<s>", "a"], ["a", "b"], ["b"], ["c"]]
+    for history in histories:
+        assert [got.logprob([got.id(w) for w in history], got.id(w)) for w in words] == pytest.approx(
+            [expected.logprob([expected.id(w) for w in history], expected.id(w)) for w in words], abs=1e-12)

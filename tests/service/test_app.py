@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 import torch
@@ -186,7 +187,11 @@ def test_body_limits_and_size_limits(model_dir):
         assert "budget of 5 arcs" in r.json()["error"]["message"]
         pruned = c.post("/v1/rescore", json={"format": "kaldi", "lattice": ARCHIVE, "prune_if_too_large": True})
         assert pruned.status_code == 200
-        assert pruned.json()["results"][0]["pruned"]["arcs_after"] < pruned.json()["results"][0]["lattice_arcs"] + 1
+        result = pruned.json()["results"][0]
+        assert result["pruned"]["arcs_before"] == 4  # ARCHIVE's utt1
+        assert result["pruned"]["arcs_after"] < result["pruned"]["arcs_before"]
+        assert result["lattice_arcs"] == result["pruned"]["arcs_after"]  # the lattice that was expanded
+        assert result["expanded_arcs"] <= 5
 
 
 def test_bearer_token(model_dir):
@@ -215,9 +220,35 @@ def test_openapi_documents_both_body_types(client):
     assert "/v1/perplexity" in spec["paths"] and "/v1/models" in spec["paths"]
 
 
+def hold_first_call(batcher: BatchingScorer, calls: int) -> threading.Event:
+    """Make ``batcher``'s first model call wait until ``calls`` score calls have been queued (a
+    condition, not a time window): the first model call takes some of them, and the next one all
+    the rest, already waiting. Returns an event set once the first call has let go; waits at most
+    60 s for the calls to arrive."""
+    inner_score, released, queue = batcher.inner.score, threading.Event(), batcher._queue
+    put, arrived = queue.put, []
+
+    def counted_put(item, *args, **kwargs):
+        arrived.append(item)
+        put(item, *args, **kwargs)
+
+    def score(*args):
+        if not released.is_set():
+            deadline = time.monotonic() + 60
+            while len(arrived) < calls and time.monotonic() < deadline:
+                time.sleep(0.001)
+            released.set()
+        return inner_score(*args)
+
+    queue.put = counted_put  # type: ignore[method-assign]
+    batcher.inner.score = score  # type: ignore[method-assign]
+    return released
+
+
 def test_concurrent_requests_share_batches_and_keep_results_apart(model_dir):
-    with client_for(model_dir, batching=True, batch_max_wait_ms=50.0, workers=8) as c:
+    with client_for(model_dir, batching=True, batch_max_wait_ms=1.0, workers=8) as c:
         solo = [c.post("/v1/perplexity", json={"sentences": [s]}).json() for s in ("the cat", "a big red dog")]
+        released = hold_first_call(c.app.state.runtime.scorer, calls=8)
         results = {}
 
         def ask(i):
@@ -228,6 +259,7 @@ def test_concurrent_requests_share_batches_and_keep_results_apart(model_dir):
             t.start()
         for t in threads:
             t.join()
+        assert released.is_set()
         for i, body in results.items():
             assert body["ppl"] == pytest.approx(solo[i % 2 == 0 and 1 or 0]["ppl"], rel=1e-9)
         metrics = c.get("/metrics").text
@@ -243,7 +275,8 @@ def test_batching_scorer_merges_and_splits_exactly(model_dir):
     loaded = load_checkpoint(model_dir)
     inner = LMScorer(loaded)
     calls = []
-    batcher = BatchingScorer(inner, enabled=True, max_wait=0.05, on_batch=lambda r, p: calls.append((r, p)))
+    batcher = BatchingScorer(inner, enabled=True, max_wait=0.001, on_batch=lambda r, p: calls.append((r, p)))
+    hold_first_call(batcher, calls=6)  # the first model call waits until all six are queued
     try:
         jobs = []
         for n in range(6):
@@ -265,7 +298,8 @@ def test_batching_scorer_merges_and_splits_exactly(model_dir):
             t.join()
         for job, out in zip(jobs, outputs):
             assert torch.allclose(out, inner.score(*job), atol=1e-6)
-        assert max(r for r, _ in calls) > 1 and sum(p for _, p in calls) == sum(len(j[2]) for j in jobs)
+        assert len(calls) == 2 and calls[0][0] + calls[1][0] == 6  # the held call, then all the rest at once
+        assert sum(p for _, p in calls) == sum(len(j[2]) for j in jobs)
     finally:
         batcher.close()
 

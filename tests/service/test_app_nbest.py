@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from lm.checkpoint import load_checkpoint
 from lm.corpus import encode
@@ -15,6 +16,26 @@ NBEST = {"key": "utt1", "hypotheses": [
 ]}
 
 
+def words_of(hypothesis: dict) -> list[str]:
+    words = hypothesis["words"]
+    return words.split() if isinstance(words, str) else list(words)
+
+
+def expected_totals(model_dir, lm_weight: float, old_lm_weight: float, score_weights: dict[str, float],
+                    word_penalty: float, unk_penalty: float) -> list[float]:
+    """Each hypothesis's total score under the documented combination (lattices/scored.py),
+    computed from NBEST and the model alone (the sentence forward pass), not from a response."""
+    loaded = load_checkpoint(model_dir)
+    totals = []
+    for h in NBEST["hypotheses"]:
+        words, s = words_of(h), h["scores"]
+        lm = float(score_corpus(loaded.model, encode([words], loaded.vocab)).token_logprobs[0].sum())
+        unk = sum(1 for w in words if not loaded.vocab.is_known(w))
+        named = sum(score_weights.get(name, 1.0) * value for name, value in s.items() if name != "lm")
+        totals.append(named + old_lm_weight * s["lm"] + lm_weight * (lm + unk_penalty * unk) + word_penalty * len(words))
+    return totals
+
+
 @pytest.mark.parametrize("fmt", ["nbest-json", "auto"])
 def test_nbest_json_is_rescored_exactly(client, model_dir, fmt):
     body = {"format": fmt, "lattice": NBEST, "nbest": 3, "lm_weight": 0.5, "old_lm_weight": 0.25,
@@ -22,26 +43,32 @@ def test_nbest_json_is_rescored_exactly(client, model_dir, fmt):
     response = client.post("/v1/rescore", json=body)
     assert response.status_code == 200, response.text
     (result,) = response.json()["results"]
-    loaded = load_checkpoint(model_dir)
-    for hyp in result["nbest"]:
-        source = next(h for h in NBEST["hypotheses"] if h["scores"] == hyp["scores"])
-        lm = float(score_corpus(loaded.model, encode([hyp["words"]], loaded.vocab)).token_logprobs[0].sum())
-        s = source["scores"]
-        expected = (0.6 * s["decoder"] + 0.4 * s["ctc"] + 0.25 * s["lm"] + 0.5 * (lm - 4.0 * hyp["unk"])
-                    + 1.0 * len(hyp["words"]))
-        assert hyp["score"] == pytest.approx(expected, abs=1e-4)
-        assert hyp["lm_logprob"] == pytest.approx(lm, abs=1e-4)
+    totals = expected_totals(model_dir, 0.5, 0.25, {"decoder": 0.6, "ctc": 0.4}, 1.0, -4.0)
+    order = sorted(range(len(totals)), key=lambda i: -totals[i])
+    assert [hyp["words"] for hyp in result["nbest"]] == [words_of(NBEST["hypotheses"][i]) for i in order]
+    assert [hyp["score"] for hyp in result["nbest"]] == pytest.approx([totals[i] for i in order], abs=1e-4)
+    assert result["best"]["words"] == words_of(NBEST["hypotheses"][order[0]])
+    assert [hyp["unk"] for hyp in result["nbest"]] == [1 if i == 1 else 0 for i in order]  # "zebra"
     assert result["first_pass"]["words"] == ["the", "cat", "sat"]
     assert result["changed"] == (result["best"]["words"] != ["the", "cat", "sat"])
     assert result["oov_words"] == ["zebra"] and result["score_weights"] == {"decoder": 0.6, "ctc": 0.4}
 
 
-def test_a_list_of_nbest_lists_and_mbr(client):
+def test_a_list_of_nbest_lists_and_mbr(client, model_dir):
+    import kaldialign
+
     second = {**NBEST, "key": "utt2"}
     response = client.post("/v1/rescore", json={"lattice": [NBEST, second], "decode": "mbr", "mbr_scale": 0.5})
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert [r["key"] for r in results] == ["utt1", "utt2"] and all(r["decode"] == "mbr" for r in results)
+    # MBR by hand: posteriors softmax(0.5 * total), expected word errors against every hypothesis
+    totals = torch.tensor(expected_totals(model_dir, 1.0, 0.0, {}, 0.0, 0.0), dtype=torch.float64)
+    posterior = torch.softmax(0.5 * totals, dim=0).tolist()
+    hyps = [words_of(h) for h in NBEST["hypotheses"]]
+    risk = [sum(p * kaldialign.edit_distance(h, other)["total"] for p, other in zip(posterior, hyps)) for h in hyps]
+    chosen = hyps[min(range(len(hyps)), key=lambda i: (risk[i], -totals[i]))]
+    assert all(r["best"]["words"] == chosen for r in results)
 
 
 @pytest.mark.parametrize("body, field, text", [
