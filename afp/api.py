@@ -22,6 +22,7 @@ from typing import Any
 
 from afp.defaults import default_model_dir
 from afp.jobs import Failure, iter_lattices, rescore_all
+from afp.mixtures import mixed_scorer
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
@@ -80,14 +81,16 @@ class Model:
     """A loaded language model with the scorer every front end uses (``precision``: the output
     layer's, ``auto`` = bf16 on CUDA and fp32 on a CPU, as ``afp rescore`` and ``afp serve``)."""
 
-    def __init__(self, loaded: LoadedModel, score_precision: str = "auto") -> None:
+    def __init__(self, loaded: LoadedModel, score_precision: str = "auto",
+                 interpolate: Sequence[tuple[str, float]] = ()) -> None:
         self.loaded = loaded
-        self.scorer = LMScorer(loaded, precision=score_precision)
+        self.scorer: ContextScorer = mixed_scorer(loaded, score_precision, interpolate)
 
     @property
     def info(self) -> dict[str, Any]:
         """What ``afp info --json`` prints."""
-        return {**self.loaded.info(), "score_precision": self.scorer.precision}
+        precision = self.scorer.precision if isinstance(self.scorer, LMScorer) else None
+        return {**self.loaded.info(), "score_precision": precision}
 
     def score(self, sentences: Iterable[str | Sequence[str]]) -> list[SentenceScore]:
         """Each sentence's log-probability (``afp score``): a string is split at white space."""
@@ -138,11 +141,13 @@ class Model:
         return out
 
 
-def load_model(path: str | Path | None = None, device: str = "auto", score_precision: str = "auto") -> Model:
+def load_model(path: str | Path | None = None, device: str = "auto", score_precision: str = "auto",
+               interpolate: Sequence[tuple[str, float]] = ()) -> Model:
     """A model directory (default: ``$AFP_MODEL_DIR``, else the bundled default model) on
-    ``device`` (``auto``: CUDA when there is a GPU, else the CPU)."""
+    ``device`` (``auto``: CUDA when there is a GPU, else the CPU); ``interpolate``: ``(model,
+    weight)`` pairs mixed in (``--interpolate``, :mod:`afp.mixtures`)."""
     loaded = load_checkpoint(path or default_model_dir(), device=str(resolve_device(device)))
-    return Model(loaded, score_precision)
+    return Model(loaded, score_precision, interpolate)
 
 
 def _sentences(sentences: Iterable[str | Sequence[str]]) -> Iterator[list[str]]:

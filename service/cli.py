@@ -357,10 +357,15 @@ def _add_score_precision(p: argparse.ArgumentParser) -> None:
 def _scorer(loaded, args: argparse.Namespace):
     """The context scorer of a CLI job: ``loaded`` with ``--score-precision`` (and, for ``ppl``
     and ``score``, ``--max-elements``)."""
+    from afp.mixtures import mixed_scorer, parse_interpolate
     from lm.model import DEFAULT_SCORE_ELEMENTS
     from lm.scorer import LMScorer
 
-    return LMScorer(loaded, precision=args.score_precision or "auto",
+    precision = args.score_precision or "auto"
+    interpolate = [parse_interpolate(text) for text in getattr(args, "interpolate", None) or []]
+    if interpolate:
+        return mixed_scorer(loaded, precision, interpolate)
+    return LMScorer(loaded, precision=precision,
                     max_elements=getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS)
 
 
@@ -490,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_model(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", metavar="DIR", help="model directory (default: the bundled model)")
+        p.add_argument("--interpolate", action="append", metavar="MODEL:W",
+                       help="mix another model (a model directory or an ARPA n-gram) in at weight W, token by token "
+                            "in probability space; repeatable; the --model one keeps 1 - sum W (still exact)")
         p.add_argument("--device", default="auto",
                        help="auto (cuda when there is a GPU, else cpu), cpu, cuda or cuda:N (default: auto, as for "
                             "serve and train)")
