@@ -242,3 +242,73 @@ def _read_manifest(path: Path) -> dict[str, list[str]]:
 def _line_of_byte(path: Path, offset: int) -> int:
     with open(path, "rb") as f:
         return f.read(offset).count(b"\n") + 1
+
+
+# ------------------------------------------------------------------------------- hypotheses
+def read_hypotheses(path: str | Path, lm_weight: float | None = None) -> dict[str, list[str]]:
+    """Utterance id -> hypothesis words, from a Kaldi ``text`` or sclite ``trn`` file (as
+    :func:`read_references` reads them) or from ``afp rescore --json`` output (one JSON object
+    per line, ``key`` and ``best.words``; with several LM weights in it, ``lm_weight`` picks one).
+    Raises :class:`ReferencesError` naming the file and line."""
+    path = Path(path)
+    try:
+        head = path.read_text(encoding="utf-8").lstrip()[:1]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ReferencesError(f"{path}: cannot read hypotheses: {err}") from None
+    if head != "{":
+        return read_references(path)
+    import json
+
+    hyps: dict[str, list[str]] = {}
+    weights: set[float] = set()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            key, words, weight = row["key"], row["best"]["words"], row.get("lm_weight")
+        except (ValueError, KeyError, TypeError) as err:
+            if isinstance(err, ValueError) or not isinstance(row, dict) or "error" not in row:
+                raise ReferencesError(f"{path}:{number}: expected an afp rescore --json line with key and "
+                                      f"best.words ({err})") from None
+            continue  # a failed lattice: left out, as afp rescore leaves it out of transcripts
+        weights.add(weight)
+        if lm_weight is not None and weight != lm_weight:
+            continue
+        if key in hyps:
+            raise ReferencesError(f"{path}:{number}: utterance {key!r} again: the file holds several LM weights "
+                                  f"({', '.join(f'{w:g}' for w in sorted(w for w in weights if w is not None))}); "
+                                  f"pick one with --lm-weight")
+        hyps[key] = list(words)
+    if not hyps:
+        raise ReferencesError(f"{path}: no hypothesis" + (f" for LM weight {lm_weight:g}" if lm_weight is not None
+                                                           else ""))
+    return hyps
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A system's transcripts scored against references: the total and, per utterance in the
+    references' order, the word errors and the reference length (what significance tests need)."""
+
+    total: WerStats
+    keys: list[str]
+    errors: list[int]
+    ref_words: list[int]
+
+
+def score_transcripts(refs: dict[str, list[str]], hyps: dict[str, list[str]]) -> Scored:
+    """Score every hypothesis against its reference (:func:`match_references`: bare ids find
+    ``speaker-utterance`` references). Every hypothesis needs a reference; references without a
+    hypothesis are not scored (the count is in ``total.sentences``)."""
+    matched = match_references(refs, hyps)
+    keys = sorted(matched)
+    stats = [word_errors(matched[k], hyps[k]) for k in keys]
+    return Scored(total=_sum(stats), keys=keys, errors=[s.errors for s in stats], ref_words=[s.ref_words for s in stats])
+
+
+def _sum(stats: Iterable[WerStats]) -> WerStats:
+    total = WerStats.zero()
+    for s in stats:
+        total = total + s
+    return total

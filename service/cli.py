@@ -258,6 +258,34 @@ def cmd_tune(args: argparse.Namespace) -> None:
             "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f" --decode mbr  (WER {b['wer']:.2f}%)")
 
 
+def cmd_wer(args: argparse.Namespace) -> None:
+    from afp.significance import compare
+    from afp.wer import read_hypotheses, read_references, score_transcripts
+
+    refs = read_references(args.refs)
+    systems = [(path, score_transcripts(refs, read_hypotheses(path, args.lm_weight))) for path in args.hypotheses]
+    base_path, base = systems[0]
+    rows = []
+    for path, scored in systems:
+        row: dict[str, Any] = {"hypotheses": path, **scored.total.to_json()}
+        if scored is not base:
+            if scored.keys != base.keys:
+                raise CLIError(f"{path} and {base_path} hold different utterances ({len(scored.keys)} and "
+                               f"{len(base.keys)}): a significance test needs the same ones")
+            row["against_first"] = compare(base.errors, scored.errors, base.ref_words, seed=args.seed).to_json()
+        rows.append(row)
+    if args.json:
+        print(json.dumps({"refs": args.refs, "systems": rows}))
+        return
+    print(f"{'WER':>7} {'sub':>6} {'del':>6} {'ins':>6} {'ref words':>9} {'utts':>6}  hypotheses")
+    for row in rows:
+        print(f"{row['wer']:6.2f}% {row['substitutions']:6d} {row['deletions']:6d} {row['insertions']:6d} "
+              f"{row['ref_words']:9d} {row['sentences']:6d}  {row['hypotheses']}")
+    for (path, scored), row in zip(systems[1:], rows[1:]):
+        print(f"{path} against {base_path}: " + compare(base.errors, scored.errors, base.ref_words,
+                                                         seed=args.seed).summary())
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     """``2000,10000`` -> ``(2000, 10000)`` (argparse reports a ValueError as a usage error)."""
     return tuple(int(x) for x in text.split(",") if x.strip())
@@ -557,6 +585,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help='one JSON object: {"best", "first_pass_wer", "oracle_wer", "grid": [...]}')
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("wer", help="word error rate of transcripts, and the significance of their differences",
+                       description="WER and its breakdown of each HYP file against REFS; with two or more, each "
+                                   "against the first: the matched-pairs test (sclite's MAPSSWE, utterances as "
+                                   "segments) and a bootstrap 95%% interval of the difference (Bisani & Ney 2004). "
+                                   "Files: Kaldi text (uttid words), sclite trn (words (id)), or afp rescore --json "
+                                   "output.")
+    p.add_argument("hypotheses", nargs="+", metavar="HYP")
+    p.add_argument("--refs", required=True, metavar="REFS", help="references: Kaldi text, sclite trn, lhotse manifest")
+    p.add_argument("--lm-weight", type=float, help="with afp rescore --json files of several LM weights: which one")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_wer)
 
     p = sub.add_parser("rescore-cuts", help="rescore the lattices named by a lhotse CutSet; report WER",
                        description="Each cut names its lattice in custom['lattice'] (and optionally "
