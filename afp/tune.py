@@ -241,6 +241,23 @@ class Tuner:
                 totals += numpy.array([word_errors(utt.ref, w).errors for w in self._choose(utt, points, None, mbr)])
         return totals
 
+    def stats_at(self, point: dict[str, float]) -> WerStats:
+        """The error breakdown at a point of the joint search (``score:*`` weights included)."""
+        from afp import mert
+
+        out = []
+        for utt in self.utterances:
+            if utt.hyp_parts is not None:
+                assert utt.errors is not None
+                vector = component_vector(self.names or (), mert.weights_of(point, self.options.named_weights(
+                    self.names or ())), utt.acoustic_scale)
+                out.append(utt.errors[int(_argmax_first((utt.hyp_parts @ vector).unsqueeze(1))[0])])
+            else:
+                assert utt.scored is not None
+                words = rescore_scored(utt.scored, _point_options(self, point))[0].best.words
+                out.append(word_errors(utt.ref, words))
+        return _total(out)
+
     def stats(self, point: dict[str, float], mbr: bool = False) -> WerStats:
         """The full error breakdown at one grid point."""
         return _total(word_errors(utt.ref, words) for utt, words in zip(self.utterances,
@@ -367,3 +384,179 @@ def plot(report: dict[str, Any], path: str, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------- the joint search
+def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[dict[str, float], float]:
+    """The weights that reproduce the recogniser's own choices, and the share of utterances they
+    reproduce: the new LM at 0 and, for n-best lists, the named scores' and the old LM's weights
+    (and the word penalty) found by the same line searches with the objective "disagree with the
+    recogniser's 1-best" (so ESPnet's ``0.6 decoder + 0.4 ctc + 0.6 lm`` is recovered from the
+    lists alone); the first named score keeps its given weight (the scale is free). Lattices: the
+    named weights as given and the old LM in full, as the first pass scores a lattice."""
+    from afp import mert
+
+    names = tuner.names or ()
+    named = tuner.options.named_weights(names)
+    scores = [n for n in names[: -len(TAIL_NAMES)] if n != "acoustic" or "acoustic" in named]
+    start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0,
+                               **{f"score:{n}": named.get(n, 1.0) for n in scores}}
+    tables = [u for u in tuner.utterances if u.hyp_parts is not None]
+    if not tables:
+        return start, float("nan")
+    first_words = [_first_pass_words(u) for u in tables]
+    problem = mert.Problem(mert.tables_from(tables, lambda u: numpy.array(
+        [int(w != first_words[tables.index(u)]) for w in u.hyp_words])), names, named)
+    free = ["old_lm_weight", *(f"score:{n}" for n in scores[1:]), "word_penalty"]
+    found = mert.search(problem, start, free, restarts=restarts, seed=seed, pick="simplest")
+    return found.point, 1.0 - found.errors / len(tables)
+
+
+TAIL_NAMES = ("old_lm", "new_lm", "unk", "words")
+
+
+def _first_pass_words(utt: _Utterance) -> list[str]:
+    """The recogniser's 1-best words of a table utterance (the first hypothesis)."""
+    assert utt.hyp_words is not None
+    return utt.hyp_words[0]
+
+
+def utterance_errors(tuner: Tuner, point: dict[str, float]) -> list[int]:
+    """Word errors of every utterance at a point of the joint search (``score:*`` weights included)."""
+    from afp import mert
+
+    out = []
+    for utt in tuner.utterances:
+        if utt.hyp_parts is not None:
+            vector = component_vector(tuner.names or (), mert.weights_of(point, tuner.options.named_weights(
+                tuner.names or ())), utt.acoustic_scale)
+            out.append(int(utt.error_counts[int(_argmax_first((utt.hyp_parts @ vector).unsqueeze(1))[0])]))
+        else:
+            assert utt.scored is not None
+            words = rescore_scored(utt.scored, _point_options(tuner, point))[0].best.words
+            out.append(word_errors(utt.ref, words).errors)
+    return out
+
+
+def _point_options(tuner: Tuner, point: dict[str, float]) -> RescoreOptions:
+    import dataclasses
+
+    named = {**dict(tuner.options.score_weights), **{k[6:]: v for k, v in point.items() if k.startswith("score:")}}
+    return dataclasses.replace(tuner.options, lm_weights=(point["lm_weight"],), old_lm_weight=point["old_lm_weight"],
+                               word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
+                               score_weights=tuple(named.items()), decode="viterbi", nbest=1)
+
+
+def _problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
+    from afp import mert
+
+    names = tuner.names or ()
+    tables = [u for u in utterances if u.hyp_parts is not None]
+    others = [u for u in utterances if u.hyp_parts is None]
+
+    def evaluate(points: list[dict[str, float]]) -> numpy.ndarray:
+        return numpy.array([sum(word_errors(u.ref, rescore_scored(u.scored, _point_options(tuner, p))[0].best.words)
+                                .errors for u in others) for p in points])
+
+    return mert.Problem(mert.tables_from(tables, lambda u: u.error_counts), names,
+                        tuner.options.named_weights(names), evaluate if others else None)
+
+
+def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3, folds: int = 5, seed: int = 0,
+               progress: bool = False) -> dict[str, Any]:
+    """Search every weight jointly (:mod:`afp.mert`) from the first pass's own point; the JSON
+    report of ``afp tune --json``.
+
+    Coordinates: ``lm_weight``, ``old_lm_weight``, ``word_penalty``, ``unk_penalty`` and the
+    named scores of ``tune_scores``. The search starts at :func:`first_pass_point`, so the tuned
+    WER on the tuning set is never above that point's. Reported: the first pass's WER (its 1-best),
+    the start point's, the tuned point's and its significance against the first pass; the
+    cross-validated WER (``folds``-fold: each fold decoded with the weights tuned on the others,
+    from the same start) with its significance, which is what the tuned weights can be expected
+    to give on new data; and the coordinates that ended at an edge of their range.
+
+    ``chosen`` is what ``afp tune --save`` writes: the tuned point, unless its cross-validated WER
+    is not below the first pass's (tuning over-fitted the dev set, or the new model adds
+    nothing): then the first pass's own weights, so that applying the saved weights cannot be
+    expected to do worse than the recogniser did."""
+    import time
+
+    from tqdm import tqdm
+
+    from afp import mert
+    from afp.significance import compare
+
+    if not tuner.utterances:
+        raise ValueError("no utterance to tune on")
+    names = tuner.names or ()
+    unknown = sorted(set(tune_scores) - set(names[: -len(TAIL_NAMES)]))
+    if unknown:
+        raise ValueError(f"--tune-score-weights: no score named {', '.join(unknown)}; the scores are "
+                         f"{', '.join(names[: -len(TAIL_NAMES)])}")
+    coords = [*mert.BASE, *(f"score:{n}" for n in tune_scores)]
+    started = time.perf_counter()
+    start, agreement = first_pass_point(tuner, seed=seed)
+    bar = tqdm(desc="tuning (line searches)", unit="search", disable=not progress)
+    problem = _problem(tuner, tuner.utterances)
+    found = mert.search(problem, start, coords, restarts=restarts, seed=seed, on_step=lambda: bar.update())
+    first = [u.first_pass.errors for u in tuner.utterances]
+    ref_words = [u.first_pass.ref_words for u in tuner.utterances]
+    tuned = utterance_errors(tuner, found.point)
+    cv = _cross_validated(tuner, start, coords, restarts, folds, seed, bar) if folds > 1 else None
+    bar.close()
+    seconds = time.perf_counter() - started
+    total_words = sum(ref_words)
+    report: dict[str, Any] = {
+        "method": "coordinate descent with exact line searches (MERT) from the first pass's point, "
+                  f"{restarts} random restarts",
+        "utterances": len(tuner.utterances), "ref_words": total_words,
+        "first_pass_wer": 100.0 * sum(first) / total_words,
+        "start": {"point": start, "wer": 100.0 * found.start_errors / total_words,
+                  "reproduces_first_pass": agreement},
+        "best": {**found.point, "wer": 100.0 * sum(tuned) / total_words,
+                 "errors": tuner.stats_at(found.point).to_json(),
+                 "against_first_pass": compare(first, tuned, ref_words, seed=seed).to_json()},
+        "at_edge": found.at_edge,
+        "line_searches": found.line_searches, "seconds": seconds,
+        "evaluations_per_second": problem.evaluations / seconds if seconds > 0 else None,
+        "score_weights": {k[6:]: v for k, v in found.point.items() if k.startswith("score:")},
+        "oracle_wer": (tuner.oracle().wer if tuner.oracle() is not None else None),
+    }
+    chosen, reason = found.point, "the tuned weights"
+    if cv is not None:
+        report["cross_validated"] = {"folds": folds, "wer": 100.0 * sum(cv) / total_words,
+                                     "against_first_pass": compare(first, cv, ref_words, seed=seed).to_json()}
+        if sum(cv) >= sum(first):
+            chosen, reason = start, ("the first pass's own weights: the cross-validated WER is not below the first "
+                                     "pass's, so the tuned weights would not be expected to help on new data")
+    elif sum(tuned) > sum(first):
+        chosen, reason = start, "the first pass's own weights: the tuned weights are worse than the first pass"
+    report["chosen"] = {"point": chosen, "reason": reason, "is_first_pass": chosen is start}
+    return report
+
+
+def _cross_validated(tuner: Tuner, start: dict[str, float], coords: Sequence[str], restarts: int, folds: int,
+                     seed: int, bar: Any) -> list[int]:
+    """Each utterance's errors with the weights tuned on the other folds (utterance ``i`` is in
+    fold ``i % folds``)."""
+    from afp import mert
+
+    errors = [0] * len(tuner.utterances)
+    for fold in range(folds):
+        train = [u for i, u in enumerate(tuner.utterances) if i % folds != fold]
+        held = [i for i in range(len(tuner.utterances)) if i % folds == fold]
+        if not train or not held:
+            continue
+        found = mert.search(_problem(tuner, train), start, coords, restarts=restarts, seed=seed,
+                            on_step=lambda: bar.update())
+        at_point = utterance_errors(_Subset(tuner, [tuner.utterances[i] for i in held]), found.point)
+        for i, e in zip(held, at_point):
+            errors[i] = e
+    return errors
+
+
+class _Subset:
+    """A tuner's view of some of its utterances (for :func:`utterance_errors`)."""
+
+    def __init__(self, tuner: Tuner, utterances: list[_Utterance]) -> None:
+        self.names, self.options, self.utterances = tuner.names, tuner.options, utterances

@@ -220,22 +220,105 @@ def _warn(text: str) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> None:
     from afp.jobs import iter_lattices
-    from afp.tune import Grid, Tuner, plot, tune
+    from afp.tune import Tuner
     from afp.wer import read_references
 
     symbols = _read_symbols(args.words) if args.words else None
-    grid = Grid(lm_weights=_floats(args.lm_weights, "--lm-weights"),
-                old_lm_weights=_floats(args.old_lm_weights, "--old-lm-weights"),
-                word_penalties=_floats(args.word_penalties, "--word-penalties"),
-                unk_penalties=_floats(args.unk_penalties, "--unk-penalties"))
-    grid.points()  # validate before the long part
+    grid_flags = ("lm_weights", "old_lm_weights", "word_penalties", "unk_penalties")
+    grid_mode = args.grid or args.mbr or any(getattr(args, name) is not None for name in grid_flags)
+    grid = _grid(args) if grid_mode else None
+    if grid is not None:
+        grid.points()  # validate before the long part
     refs = read_references(args.refs)
     loaded = _load(args.model, args.device)
     options = _rescore_options(args)
     tuner = Tuner(_scorer(loaded, args), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
                   mbr=args.mbr)
     tuner.add(iter_lattices(args.inputs, args.format, symbols), progress=sys.stderr.isatty())
+    if grid is not None:
+        _tune_grid(args, tuner, grid)
+    else:
+        _tune_joint(args, tuner)
+
+
+def _grid(args: argparse.Namespace):
+    from afp.tune import Grid
+
+    return Grid(lm_weights=_floats(args.lm_weights or "0:1:0.1", "--lm-weights"),
+                old_lm_weights=_floats(args.old_lm_weights or "0,0.5,1", "--old-lm-weights"),
+                word_penalties=_floats(args.word_penalties or "0", "--word-penalties"),
+                unk_penalties=_floats(args.unk_penalties or "0", "--unk-penalties"))
+
+
+def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
+    from afp.tune import joint_tune
+    from afp.weights import TunedWeights
+
+    scores = tuple(n.strip() for n in (args.tune_score_weights or "").split(",") if n.strip())
+    report = joint_tune(tuner, scores, restarts=args.restarts, folds=args.folds, seed=args.seed,
+                        progress=sys.stderr.isatty())
+    best = report["best"]
+    point = {k: v for k, v in best.items() if k not in ("wer", "errors", "against_first_pass")}
+    chosen = report["chosen"]
+    if args.save:
+        record = {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
+                  "cross_validated_wer": report.get("cross_validated", {}).get("wer"),
+                  "utterances": report["utterances"], "inputs": list(args.inputs), "refs": args.refs,
+                  "model": str(args.model or "bundled default"), "command": " ".join(["afp", *args.argv])}
+        TunedWeights.from_point(chosen["point"], {**record, "chosen": chosen["reason"]}).write(args.save)
+        report["saved"] = args.save
+    if args.json:
+        print(json.dumps(report))
+        return
+
+    def shown(p: dict[str, float]) -> str:
+        return " ".join(f"{k.removeprefix('score:')} {v:.4g}" for k, v in p.items())
+
+    oracle = f", oracle {report['oracle_wer']:.2f}%" if report["oracle_wer"] is not None else ""
+    print(f"{report['utterances']} utterances, {report['ref_words']} reference words; first pass WER "
+          f"{report['first_pass_wer']:.2f}%{oracle}")
+    start = report["start"]
+    agree = start["reproduces_first_pass"]
+    print(f"start, the first pass's own weights (reproducing {agree:.1%} of its choices): WER {start['wer']:.2f}%  "
+          f"[{shown(start['point'])}]" if agree == agree else f"start: WER {start['wer']:.2f}%  [{shown(start['point'])}]")
+    print(f"tuned: WER {best['wer']:.2f}%  [{shown(point)}]")
+    print(f"  against the first pass: {_comparison(best['against_first_pass'])}")
+    if "cross_validated" in report:
+        cv = report["cross_validated"]
+        print(f"cross-validated ({cv['folds']} folds, each decoded with weights tuned on the others): WER "
+              f"{cv['wer']:.2f}%")
+        print(f"  against the first pass: {_comparison(cv['against_first_pass'])}")
+    print(f"chosen: {chosen['reason']}" + ("" if chosen["is_first_pass"] else f"  [{shown(chosen['point'])}]"))
+    if report["at_edge"]:
+        print(f"warning: {', '.join(report['at_edge'])} ended at the edge of its range: the best value may lie beyond")
+    print(f"{report['line_searches']} line searches in {report['seconds']:.1f} s "
+          f"({report['evaluations_per_second']:.1f} evaluations/s; {report['method']})")
+    if args.save:
+        print(f"saved {args.save}: afp rescore --weights {args.save} ... applies them")
+
+
+def _comparison(c: dict[str, Any]) -> str:
+    return (f"{c['wer_a']:.2f}% -> {c['wer_b']:.2f}% ({c['difference']:+.2f}), matched pairs p={c['mapsswe']['p']:.3g}, "
+            f"bootstrap 95% [{c['bootstrap']['low']:+.2f}, {c['bootstrap']['high']:+.2f}], P(better)="
+            f"{c['bootstrap']['poi']:.3f}" + (" (significant)" if c["significant"] else " (not significant)"))
+
+
+def _tune_grid(args: argparse.Namespace, tuner: Any, grid: Any) -> None:
+    from afp.significance import compare
+    from afp.tune import plot, tune, utterance_errors
+    from afp.weights import TunedWeights
+
     report = tune(tuner, grid, mbr=args.mbr)
+    best = report["best"]
+    point = {k: best[k] for k in ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")}
+    first = [u.first_pass.errors for u in tuner.utterances]
+    words = [u.first_pass.ref_words for u in tuner.utterances]
+    named = {f"score:{k}": v for k, v in tuner.options.named_weights(tuner.names or ()).items()}
+    report["best"]["against_first_pass"] = compare(first, utterance_errors(tuner, {**point, **named}), words,
+                                                   seed=args.seed).to_json()
+    if args.save:
+        TunedWeights.from_point({**point, **named}, {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
+                                                     "grid": True}).write(args.save)
     if args.plot:
         plot(report, args.plot, title=f"afp tune: {' '.join(args.inputs)}"[:90])
     if args.json:
@@ -249,9 +332,12 @@ def cmd_tune(args: argparse.Namespace) -> None:
         line = (f"{row['lm_weight']:9g} {row['old_lm_weight']:13g} {row['word_penalty']:12g} "
                 f"{row['unk_penalty']:11g} {row['wer']:6.2f}")
         print(line + (f" {row['mbr_wer']:6.2f}" if args.mbr else ""))
-    best = report["best"]
     print("best: " + " ".join(f"--{k.replace('_', '-')} {best[k]:g}" for k in (
         "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f"  (WER {best['wer']:.2f}%)")
+    print(f"  against the first pass: {_comparison(report['best']['against_first_pass'])}")
+    if best["wer"] > report["first_pass_wer"]:
+        print("warning: no grid point reaches the first pass's WER: keep the first pass (--lm-weight 0 "
+              "--old-lm-weight 1), or tune without a grid (the default search starts at the first pass)")
     if args.mbr:
         b = report["best_mbr"]
         print("best MBR: " + " ".join(f"--{k.replace('_', '-')} {b[k]:g}" for k in (
@@ -362,17 +448,33 @@ def cmd_serve(args: argparse.Namespace) -> None:
                 timeout_graceful_shutdown=int(settings.request_timeout_s), access_log=args.access_log)
 
 
+#: the options a weights file (--weights) sets
+_WEIGHT_FLAGS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "score_weights", "decode")
+
+
 def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
     from lattices.rescore import RescoreOptions
 
-    return RescoreOptions(
-        lm_weights=tuple(getattr(args, "lm_weight", None) or [1.0]), acoustic_scale=args.acoustic_scale,
-        old_lm_weight=getattr(args, "old_lm_weight", 0.0), word_penalty=getattr(args, "word_penalty", None),
+    def given(name: str, default: Any) -> Any:
+        value = getattr(args, name, None)
+        return default if value is None else value
+
+    options = RescoreOptions(
+        lm_weights=tuple(given("lm_weight", [1.0])), acoustic_scale=args.acoustic_scale,
+        old_lm_weight=given("old_lm_weight", 0.0), word_penalty=getattr(args, "word_penalty", None),
         nbest=getattr(args, "nbest", 1), max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam,
         posteriors=getattr(args, "posteriors", False), return_lattice=return_lattice, auto_prune=args.auto_prune,
         score_weights=_score_weights(args.score_weights), old_lm_score=args.old_lm_score,
-        unk_penalty=getattr(args, "unk_penalty", 0.0), decode=getattr(args, "decode", "viterbi"),
+        unk_penalty=given("unk_penalty", 0.0), decode=given("decode", "viterbi"),
         mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale)
+    if getattr(args, "weights", None):
+        from afp.weights import TunedWeights
+
+        clash = [f"--{name.replace('_', '-')}" for name in _WEIGHT_FLAGS if getattr(args, name, None) is not None]
+        if clash:
+            raise CLIError(f"--weights {args.weights} sets the weights: give it or {', '.join(clash)}, not both")
+        options = TunedWeights.read(args.weights).apply(options)
+    return options
 
 
 def _add_score_precision(p: argparse.ArgumentParser) -> None:
@@ -433,11 +535,14 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
     p.add_argument("--lm-weight", type=float, action="append",
                    help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
-    p.add_argument("--old-lm-weight", type=float, default=0.0, help="0 replaces the old LM, 1 keeps it")
+    p.add_argument("--weights", metavar="JSON", help="the weights afp tune --save wrote (instead of --lm-weight, "
+                                                    "--old-lm-weight, --word-penalty, --unk-penalty, --score-weights, "
+                                                    "--decode)")
+    p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (default 0)")
     p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
-    p.add_argument("--unk-penalty", type=float, default=0.0,
+    p.add_argument("--unk-penalty", type=float,
                    help="log-probability added to each word the new LM scores as <unk>")
-    p.add_argument("--decode", choices=["viterbi", "mbr"], default="viterbi",
+    p.add_argument("--decode", choices=["viterbi", "mbr"],
                    help="best path, or minimum Bayes risk (least expected word errors)")
     p.add_argument("--posteriors", action="store_true",
                    help="word posteriors of the best path, one per word (JSON best.word_posteriors; CTM confidence)")
@@ -566,8 +671,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rescore)
 
     p = sub.add_parser("tune", help="choose rescoring weights on a dev set by word error rate",
-                       description=f"Score a dev set once and evaluate a grid of weights by WER (kaldialign). "
-                                   f"INPUT: {inputs_help}. Grids: comma lists or start:stop:step.")
+                       description=f"Score a dev set once, then search the new-LM weight, the old-LM weight, the word "
+                                   f"and unknown-word penalties (and --tune-score-weights) jointly: coordinate "
+                                   f"descent with exact line searches (MERT) from the first pass's own weights, so "
+                                   f"the tuned WER on the dev set is never above the first pass's; reports the "
+                                   f"significance of the gain and a cross-validated WER. --grid evaluates a grid "
+                                   f"instead. INPUT: {inputs_help}. Grids: comma lists or start:stop:step.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     with_model(p)
     p.add_argument("inputs", nargs="+", metavar="INPUT")
     p.add_argument("--format", default="auto", choices=formats)
@@ -575,11 +685,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="references: Kaldi text (uttid words), sclite trn (words (spk-uttid)), or a lhotse "
                         "SupervisionSet/CutSet manifest")
     _add_common_scoring_options(p)
-    p.add_argument("--lm-weights", default="0:1:0.1", help="new-LM weights to try (default 0:1:0.1)")
-    p.add_argument("--old-lm-weights", default="0", help="old-LM weights to try (default 0)")
-    p.add_argument("--word-penalties", default="0", help="word penalties to try (default 0)")
-    p.add_argument("--unk-penalties", default="0", help="unknown-word penalties to try (default 0)")
-    p.add_argument("--mbr", action="store_true", help="also evaluate MBR decoding at every grid point")
+    p.add_argument("--tune-score-weights", metavar="NAME,...",
+                   help="also tune the weights of these named first-pass scores (e.g. decoder,ctc)")
+    p.add_argument("--restarts", type=int, default=3, help="random restarts of the joint search (default 3)")
+    p.add_argument("--folds", type=int, default=5,
+                   help="cross-validation folds for the expected WER on new data (default 5; 1: none)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the restarts and the bootstrap (default 0)")
+    p.add_argument("--save", metavar="JSON", help="write the tuned weights (afp rescore --weights reads them)")
+    p.add_argument("--grid", action="store_true",
+                   help="evaluate a grid instead of the joint search (also implied by the grid options below)")
+    p.add_argument("--lm-weights", help="grid: new-LM weights to try (default 0:1:0.1)")
+    p.add_argument("--old-lm-weights", help="grid: old-LM weights to try (default 0,0.5,1)")
+    p.add_argument("--word-penalties", help="grid: word penalties to try (default 0)")
+    p.add_argument("--unk-penalties", help="grid: unknown-word penalties to try (default 0)")
+    p.add_argument("--mbr", action="store_true", help="grid: also evaluate MBR decoding at every grid point")
     p.add_argument("--plot", metavar="PNG", help="write WER against the LM weight")
     p.add_argument("--top", type=int, default=15, help="grid rows to print (best first)")
     p.add_argument("--json", action="store_true",
