@@ -111,7 +111,7 @@ class Model:
 
     def rescore(self, inputs: Input | Sequence[Input], *, format: str = "auto", words: str | Path | None = None,
                 old_lm: str | Path | ContextScorer | None = None, workers: int = 1,
-                **options: Any) -> list[list[RescoreResult]]:
+                weights: str | Path | None = None, **options: Any) -> list[list[RescoreResult]]:
         """Rescore lattices or n-best lists exactly (``afp rescore``); one list per lattice, with a
         :class:`~lattices.rescore.RescoreResult` per LM weight (``.best.words``, ``.best.score``,
         ``.nbest``...).
@@ -124,11 +124,20 @@ class Model:
           words: a ``words.txt`` for integer word ids.
           old_lm: the ARPA file (or scorer) of the old LM, subtracted exactly (``--old-lm``).
           workers: lattices rescored at a time, their scoring merged (``--workers``).
+          weights: a weights file of ``afp tune --save`` (``--weights``); it sets the weights, so
+            give it or weight options, not both.
           options: :func:`rescore_options`.
         Raises:
           RescoreFailed: a lattice could not be rescored (the message says why).
         """
         settings = rescore_options(**options)
+        if weights is not None:
+            from afp.weights import FIELDS, TunedWeights
+
+            clash = sorted(set(options) & {*FIELDS, "score_weights", "decode"})
+            if clash:
+                raise TypeError(f"weights= sets the weights: give it or {', '.join(clash)}, not both")
+            settings = TunedWeights.read(weights).apply(settings)
         symbols = read_words_txt(words) if words is not None else None
         lattices = _lattices(inputs if isinstance(inputs, (list, tuple)) else [inputs], format, symbols)
         scorer = _old_lm(old_lm)

@@ -216,7 +216,12 @@ def _load_runtime(settings: Settings, metrics: Metrics):
         from lm.ngram import NgramScorer, read_arpa
 
         old_lm = NgramScorer(read_arpa(settings.old_lm))
-    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm)
+    weights = None
+    if settings.weights is not None:
+        from afp.weights import TunedWeights
+
+        weights = TunedWeights.read(settings.weights)
+    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm, weights=weights)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -436,7 +436,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from service.settings import Settings
 
     overrides = {name: value for name, value in (
-        ("model_dir", args.model), ("old_lm", args.old_lm), ("host", args.host), ("port", args.port), ("device", args.device),
+        ("model_dir", args.model), ("old_lm", args.old_lm), ("weights", args.weights), ("host", args.host), ("port", args.port), ("device", args.device),
         ("score_precision", args.score_precision), ("workers", args.workers), ("batching", args.batching)) if value is not None}
     try:
         settings = Settings(**overrides)
@@ -735,6 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--old-lm", metavar="ARPA", help="the n-gram that built the decoding graph, subtracted exactly from "
                                                    "every request's graph scores as afp rescore --old-lm does "
                                                    "(default: $AFP_OLD_LM, else none)")
+    p.add_argument("--weights", metavar="JSON", help="afp tune --save's weights for requests that give none "
+                                                    "(default: $AFP_WEIGHTS, else none)")
     p.add_argument("--host", help="listen address (default: $AFP_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: $AFP_PORT or 8000)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: $AFP_DEVICE or auto)")

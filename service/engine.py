@@ -30,6 +30,7 @@ from lm.corpus import strip_boundaries
 from lm.scorer import text_score
 from afp.batching import BatchingScorer
 from afp.symbols import SymbolTableError, words_table
+from afp.weights import TunedWeights, WeightsFileError
 from service.errors import APIError
 from service.metrics import Metrics
 from service.schemas import RescoreRequest
@@ -49,6 +50,7 @@ class Runtime:
     scorer: BatchingScorer
     metrics: Metrics
     old_lm: ContextScorer | None = None  # AFP_OLD_LM: subtracted exactly from every request's graph scores
+    weights: TunedWeights | None = None  # AFP_WEIGHTS: the weights of requests that give none
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _running: int = 0
 
@@ -77,7 +79,8 @@ class Runtime:
         return {"name": name, **{k: info[k] for k in ("cell", "layers", "hidden", "rho", "context_size",
                                                        "vocab_size", "parameters", "device")},
                 "score_precision": self.scorer.inner.precision, "batching": self.scorer.enabled,
-                "old_lm": str(self.settings.old_lm) if self.settings.old_lm is not None else None}
+                "old_lm": str(self.settings.old_lm) if self.settings.old_lm is not None else None,
+                "weights": self.weights.to_json() if self.weights is not None else None}
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait for running work (a timed-out request stops at its deadline), then stop the batcher."""
@@ -132,7 +135,11 @@ def parse_lattices(request: RescoreRequest, settings: Settings, deadline: float 
     return lattices
 
 
-def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:
+def options_for(request: RescoreRequest, settings: Settings, default_weights: TunedWeights | None = None
+                ) -> RescoreOptions:
+    """The engine's options of a request: its fields, over the request's ``weights`` (a weights
+    file's object) or else the server's ``AFP_WEIGHTS`` (``default_weights``); a weight field the
+    request sets itself wins over both."""
     if request.nbest > settings.max_nbest:
         raise APIError(422, "invalid_request", f"nbest {request.nbest} is over the limit {settings.max_nbest}",
                        field="nbest")
@@ -141,13 +148,29 @@ def options_for(request: RescoreRequest, settings: Settings) -> RescoreOptions:
         raise APIError(422, "invalid_request", "give 1 to 32 LM weights", field="lm_weight")
     named = request.score_weights or {}
     try:  # RescoreOptions checks its numbers (finite weights and scales...): a bad one is the client's error
-        return RescoreOptions(
+        options = RescoreOptions(
             lm_weights=tuple(weights), acoustic_scale=request.acoustic_scale, old_lm_weight=request.old_lm_weight,
             word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
             prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
             auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
             old_lm_score=request.old_lm_score, unk_penalty=request.unk_penalty, decode=request.decode,
             mbr_nbest=request.mbr_nbest, mbr_scale=request.mbr_scale)
+        tuned = default_weights
+        if request.weights is not None:
+            tuned = TunedWeights.from_json(request.weights, source="weights")
+        if tuned is None:
+            return options
+        own = request.model_fields_set
+        merged = tuned.apply(options)  # the request's own weight fields win
+        return dataclasses.replace(
+            merged, lm_weights=options.lm_weights if "lm_weight" in own else merged.lm_weights,
+            old_lm_weight=options.old_lm_weight if "old_lm_weight" in own else merged.old_lm_weight,
+            word_penalty=options.word_penalty if "word_penalty" in own else merged.word_penalty,
+            unk_penalty=options.unk_penalty if "unk_penalty" in own else merged.unk_penalty,
+            score_weights=options.score_weights if "score_weights" in own else merged.score_weights,
+            decode=options.decode if "decode" in own else merged.decode)
+    except WeightsFileError as err:
+        raise APIError(422, "invalid_request", str(err), field="weights") from None
     except ValueError as err:
         raise APIError(422, "invalid_request", str(err),
                        field=err.field if isinstance(err, WeightError) else None) from None
@@ -167,7 +190,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     """Parse, rescore and serialize every lattice of a request: one result per lattice and LM
     weight, and the request's warnings (at most one: mostly unknown words)."""
     settings = runtime.settings
-    options = dataclasses.replace(options_for(request, settings), deadline=deadline)
+    options = dataclasses.replace(options_for(request, settings, runtime.weights), deadline=deadline)
     lattices = parse_lattices(request, settings, deadline)
     out, warnings = [], []
     for lattice in lattices:

@@ -44,6 +44,10 @@ class RescoreOptionsModel(BaseModel):
     decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
     mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
     mbr_scale: Finite = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
+    weights: dict[str, Any] | None = Field(
+        default=None, description="the object of a weights file (afp tune --save): its lm_weight, old_lm_weight, "
+                                  "word_penalty, unk_penalty, score_weights and decode, under the fields this request "
+                                  "sets itself; default: the server's AFP_WEIGHTS, if any")
 
 
 class RescoreRequest(RescoreOptionsModel):
@@ -171,6 +175,7 @@ class ModelInfo(BaseModel):
     batching: bool
     old_lm: str | None = Field(default=None, description="the ARPA n-gram subtracted exactly from graph scores "
                                                          "(AFP_OLD_LM), or null")
+    weights: dict[str, Any] | None = Field(default=None, description="the default weights of requests (AFP_WEIGHTS)")
 
 
 class ModelsResponse(BaseModel):

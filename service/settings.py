@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     model_dir: Path = Field(default_factory=default_model_dir)
     model_name: str | None = None
     old_lm: Path | None = None  # the ARPA n-gram that built the decoding graph (afp rescore --old-lm)
+    weights: Path | None = None  # a weights file of afp tune --save: the weights of requests that give none
     device: str = "auto"
     score_precision: Literal["auto", "fp32", "bf16"] = "auto"
     host: str = "127.0.0.1"

@@ -25,12 +25,16 @@ _BODY = {
 }
 
 
+#: the options a raw-body request takes as query parameters (a weights object goes in a JSON body)
+QUERY_OPTIONS = tuple(name for name in RescoreOptionsModel.model_fields if name != "weights")
+
+
 def _query_parameters() -> list[dict[str, Any]]:
     """The OpenAPI ``parameters`` of a raw-body request: one optional query parameter per
     option of :class:`RescoreOptionsModel` (and ``format``), as :func:`_from_query` reads them."""
     schema = RescoreRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     out = []
-    for name in ("format", *RescoreOptionsModel.model_fields):
+    for name in ("format", *QUERY_OPTIONS):
         field = schema["properties"][name]
         if name == "lm_weight":
             prop: dict[str, Any] = {"type": "array", "items": {"type": "number", "minimum": 0}, "maxItems": 32}
@@ -71,7 +75,7 @@ def _from_query(query: list[tuple[str, str]], text: str) -> RescoreRequest:
             params[name] = value
     if len(params.get("lm_weight", [])) == 1:
         params["lm_weight"] = params["lm_weight"][0]
-    unknown = sorted(set(params) - set(RescoreOptionsModel.model_fields) - {"format"})
+    unknown = sorted(set(params) - set(QUERY_OPTIONS) - {"format"})
     if unknown:
         raise APIError(422, "invalid_request", f"unknown query parameter(s) {', '.join(unknown)}", field=unknown[0])
     return validate(RescoreRequest, {**params, "lattice": text})

@@ -132,3 +132,40 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["tune", "--model", str(model), "--refs", str(refs_file), "--lm-weights", "a,b",
                  str(nbest_file)]) == 2
     assert "--lm-weights" in capsys.readouterr().err
+
+
+def test_joint_tune_never_ends_above_the_first_pass_and_its_weights_reproduce_it(tmp_path, capsys):
+    """The CLI's default search: from the first pass's own weights (recovered from the lists),
+    never above its WER on the tuning set; --save / rescore --weights reproduces the WER."""
+    lists, refs = dev_set(24, seed=7)
+    rng = random.Random(3)
+    recogniser = []  # each list in the order of the recogniser's own combination, 0.6 decoder + 0.4 ctc + 0.6 lm
+    for nbest in lists:
+        hyps = [{"words": " ".join(h.words), "scores": {"decoder": h.scores["decoder"], "ctc": -rng.uniform(0, 5),
+                                                        "lm": h.scores["lm"]}} for h in nbest.hypotheses]
+        total = [0.6 * h["scores"]["decoder"] + 0.4 * h["scores"]["ctc"] + 0.6 * h["scores"]["lm"] for h in hyps]
+        recogniser.append({"key": nbest.key, "hypotheses": [h for _, h in sorted(zip(total, hyps), key=lambda x: -x[0])]})
+    directory = tmp_path / "dev.json"
+    directory.write_text(json.dumps(recogniser))
+    ref_path = tmp_path / "refs.txt"
+    ref_path.write_text("".join(f"{k} {' '.join(v)}\n" for k, v in refs.items()))
+    model = saved_model(tmp_path / "model", cell="gru", rho=2)
+    weights = tmp_path / "w.json"
+    assert main(["tune", "--model", str(model), "--refs", str(ref_path), "--score-weights", "decoder=0.6,ctc=0.4",
+                 "--folds", "2", "--restarts", "1", "--save", str(weights), "--json", str(directory)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["best"]["wer"] <= report["first_pass_wer"] and report["start"]["wer"] == report["first_pass_wer"]
+    assert report["start"]["reproduces_first_pass"] == 1.0
+    assert report["cross_validated"]["folds"] == 2 and "against_first_pass" in report["best"]
+    saved = json.loads(weights.read_text())
+    chosen = report["chosen"]["point"]
+    assert saved["lm_weight"] == chosen["lm_weight"] and saved["old_lm_weight"] == chosen["old_lm_weight"]
+    expected = report["start"]["wer"] if report["chosen"]["is_first_pass"] else report["best"]["wer"]
+    assert main(["rescore", "--model", str(model), "--weights", str(weights), "--json", str(directory)]) == 0
+    out = tmp_path / "hyps.jsonl"
+    out.write_text(capsys.readouterr().out)
+    assert main(["wer", "--refs", str(ref_path), "--json", str(out)]) == 0
+    (system,) = json.loads(capsys.readouterr().out)["systems"]
+    assert system["wer"] == pytest.approx(expected, abs=1e-9)
+    assert main(["rescore", "--model", str(model), "--weights", str(weights), "--lm-weight", "1", str(directory)]) == 2
+    assert "give it or --lm-weight, not both" in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""The joint weight search: exact line searches, a descent that never gets worse, weights files,
+and the significance tests."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy
+import pytest
+
+from afp import mert
+from afp.significance import compare
+from afp.weights import TunedWeights, WeightsFileError
+from lattices.rescore import RescoreOptions
+
+NAMES = ("decoder", "old_lm", "new_lm", "unk", "words")
+
+
+def random_problem(seed: int, utterances: int = 40, hypotheses: int = 6) -> mert.Problem:
+    rng = numpy.random.default_rng(seed)
+    tables = [mert.Table(parts=rng.normal(size=(hypotheses, len(NAMES))) * [3, 8, 8, 1, 4],
+                         errors=rng.integers(0, 5, size=hypotheses), acoustic_scale=0.1) for _ in range(utterances)]
+    return mert.Problem(tables, NAMES, {"decoder": 1.0})
+
+
+def brute_errors(problem: mert.Problem, point: dict, name: str, values: numpy.ndarray) -> numpy.ndarray:
+    return numpy.array([problem.errors({**point, name: float(v)}) for v in values])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("name", ["lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "score:decoder"])
+def test_the_line_search_finds_the_exact_minimum_of_the_step_function(seed, name):
+    problem = random_problem(seed)
+    point = {"lm_weight": 0.7, "old_lm_weight": 0.5, "word_penalty": 0.3, "unk_penalty": -1.0, "score:decoder": 1.0}
+    value, errors = mert.line_search(problem, point, name)
+    lo, hi = mert.range_of(name)
+    grid = numpy.linspace(lo, hi, 801)
+    dense = brute_errors(problem, point, name, grid)
+    assert errors == problem.errors({**point, name: value})  # what it says is what it gets
+    assert errors <= dense.min()  # no grid value is better: the minimum is exact, not sampled
+    assert errors <= problem.errors(point)  # the current point is a candidate
+    assert lo <= value <= hi
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_search_never_ends_worse_than_its_start(seed):
+    problem = random_problem(seed + 10)
+    start = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0}
+    found = mert.search(problem, start, list(mert.BASE), restarts=2, seed=seed)
+    assert found.errors <= found.start_errors == problem.errors(start)
+    assert found.errors == problem.errors(found.point)
+
+
+def test_simplest_picks_round_numbers_inside_the_interval():
+    assert mert.simplest(0.55, 0.62) == 0.6
+    assert mert.simplest(0.3827, 0.6827) == 0.5
+    assert mert.simplest(-3.2, -2.9) == -3.0
+    assert mert.simplest(0.5801, 0.5803) == 0.5802
+    for _ in range(200):
+        a = random.uniform(-5, 5)
+        b = a + random.uniform(1e-4, 3)
+        assert a < mert.simplest(a, b) < b
+
+
+def test_edges_are_reported_only_where_the_bound_is_not_natural():
+    assert mert.edges({"lm_weight": 0.0, "word_penalty": 10.0, "unk_penalty": 0.0, "old_lm_weight": 3.0},
+                      ["lm_weight", "word_penalty", "unk_penalty", "old_lm_weight"]) == ["word_penalty", "old_lm_weight"]
+
+
+def test_significance_of_identical_and_of_clearly_different_systems():
+    errors = [random.Random(1).randint(0, 4) for _ in range(500)]
+    words = [20] * 500
+    same = compare(errors, errors, words)
+    assert (same.difference, same.mapsswe_p, same.bootstrap_low, same.bootstrap_high) == (0.0, 1.0, 0.0, 0.0)
+    assert not same.significant
+    better = compare(errors, [max(0, e - 1) for e in errors], words)
+    assert better.difference < 0 and better.mapsswe_p < 1e-6 and better.bootstrap_high < 0 and better.poi == 1.0
+    assert better.significant
+    noise = random.Random(2)
+    coin = compare(errors, [e + noise.choice([-1, 1]) * (e > 0) for e in errors], words)
+    assert coin.mapsswe_p > 0.01 or not coin.significant or abs(coin.difference) > 0.3  # chance rarely looks real
+    with pytest.raises(ValueError, match="different lengths"):
+        compare([1, 2], [1], [3, 3])
+
+
+def test_a_weights_file_round_trips_and_applies(tmp_path):
+    point = {"lm_weight": 0.35, "old_lm_weight": 0.6, "word_penalty": 0.5, "unk_penalty": -4.0, "score:decoder": 0.6}
+    path = tmp_path / "w.json"
+    TunedWeights.from_point(point, {"wer": 3.4}).write(path)
+    weights = TunedWeights.read(path)
+    assert json.loads(path.read_text())["format"] == "afp-weights/1"
+    options = weights.apply(RescoreOptions(nbest=5, lm_weights=(1.0, 2.0)))
+    assert options.lm_weights == (0.35,) and options.old_lm_weight == 0.6 and options.word_penalty == 0.5
+    assert options.unk_penalty == -4.0 and dict(options.score_weights) == {"decoder": 0.6} and options.nbest == 5
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "expected a JSON object"), ({"format": "x"}, "field format"), ({"lm_weight": "a"}, "field lm_weight"),
+    ({"lm_weight": float("inf")}, "finite number"), ({"score_weights": [1]}, "score_weights"),
+    ({"decode": "map"}, "field decode"), ({"lm_wieght": 1}, "unknown field(s) lm_wieght"),
+])
+def test_bad_weights_files_name_the_field(data, message):
+    with pytest.raises(WeightsFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TunedWeights.from_json(data, "w.json")
