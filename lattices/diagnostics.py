@@ -47,3 +47,17 @@ def _known_in_another_case(words: Sequence[str], known: Callable[[Sequence[str]]
         return []
     ok = dict(zip(flat, known(flat).tolist()))
     return [(w, next(f for f in fs if ok[f])) for w, fs in zip(words, forms) if any(ok[f] for f in fs)]
+
+
+def untuned_weights_warning(stats: dict[str, Any], old_lm_weight: float, lm_weight: float) -> str | None:
+    """The warning for a job (or request) rescoring with weights nobody chose, when the input
+    carries a first-pass LM score (``stats["old_lm_score"]``) that those weights scale down: on a
+    strong recogniser, dropping its LM for a new one can raise the WER (LibriSpeech dev_other,
+    ESPnet: 3.61% -> 4.0%). None when the old LM is kept in full."""
+    old = stats.get("old_lm_score")
+    if old is None or old_lm_weight >= 1.0:
+        return None
+    return (f"the weights are untuned (old LM {old!r} at {old_lm_weight:g}, new LM at {lm_weight:g}): replacing a "
+            f"strong recogniser's LM can make its WER worse. Tune them on a dev set (afp tune --refs REFS "
+            f"--save weights.json DEV) and pass --weights weights.json (HTTP: AFP_WEIGHTS or a request's "
+            f"'weights'), or keep the first pass's LM with --old-lm-weight 1")

@@ -193,11 +193,19 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     scorer = _scorer(loaded, args)
     old_lm = _old_lm(args.old_lm)
     failed = seen = 0
+    untuned = not args.weights and all(getattr(args, name, None) is None for name in _WEIGHT_FLAGS)
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     with outputs:
         for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
                                            warn=_warn, workers=args.workers, batch_pairs=args.batch_pairs):
             seen += 1
+            if untuned and not isinstance(lattice_results, Failure):
+                from lattices.diagnostics import untuned_weights_warning
+
+                text = untuned_weights_warning(lattice_results[0].stats, options.old_lm_weight, options.lm_weights[0])
+                if text is not None:
+                    _warn(text + " (this warning is given once per job)")
+                untuned = False
             if not isinstance(lattice_results, Failure):
                 try:
                     outputs.write(lattice_results)

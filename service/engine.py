@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lattices.diagnostics import unknown_words_warning
+from lattices.diagnostics import unknown_words_warning, untuned_weights_warning
 from lattices.formats import output_format, read_json_value, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_to_json
 from lattices.formats.k2 import k2_dict_to_json, write_k2
@@ -193,6 +193,9 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     options = dataclasses.replace(options_for(request, settings, runtime.weights), deadline=deadline)
     lattices = parse_lattices(request, settings, deadline)
     out, warnings = [], []
+    untuned = (runtime.weights is None and request.weights is None
+               and not request.model_fields_set & {"lm_weight", "old_lm_weight", "word_penalty", "unk_penalty",
+                                                   "score_weights"})
     for lattice in lattices:
         check_deadline(deadline)
         for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device,
@@ -200,6 +203,11 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
             warning = None if warnings else unknown_words_warning(result.key, result.stats, runtime.scorer.known)
             if warning is not None:  # once per request, as afp rescore warns once per job
                 warnings.append(warning)
+            if untuned:
+                text = untuned_weights_warning(result.stats, options.old_lm_weight, options.lm_weights[0])
+                if text is not None:
+                    warnings.append(text)
+                untuned = False
             row = result.to_json()
             if result.lattice is not None:
                 row["lattice"] = serialize_lattice(result.lattice.to("cpu"), output_format(request.format, lattice))

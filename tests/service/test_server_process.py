@@ -76,7 +76,8 @@ def test_rescore_over_http(server):
                      timeout=60)
     assert raw.status_code == 200 and raw.json() == {
         "results": [{**r, "seconds": raw.json()["results"][i]["seconds"], "timing": raw.json()["results"][i]["timing"]}
-                    for i, r in enumerate(json_reply.json()["results"])], "warnings": []}
+                    for i, r in enumerate(json_reply.json()["results"])], "warnings": json_reply.json()["warnings"]}
+    assert len(raw.json()["warnings"]) == 1 and "untuned" in raw.json()["warnings"][0]
     bad = httpx.post(f"{server}/v1/rescore", content="utt\n0 1 a b c d e\n", headers={"Content-Type": "text/plain"})
     assert bad.status_code == 422 and bad.json()["error"]["line"] == 2
 
