@@ -130,7 +130,7 @@ class Model:
         Raises:
           RescoreFailed: a lattice could not be rescored (the message says why).
         """
-        settings = rescore_options(**options)
+        settings = rescore_options(**{"unk_penalty": self.loaded.default_unk_penalty, **options})
         if weights is not None:
             from afp.weights import FIELDS, TunedWeights
 

@@ -399,7 +399,8 @@ def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[di
     names = tuner.names or ()
     named = tuner.options.named_weights(names)
     scores = [n for n in names[: -len(TAIL_NAMES)] if n != "acoustic" or "acoustic" in named]
-    start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0,
+    start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0,
+                               "unk_penalty": tuner.options.unk_penalty,
                                **{f"score:{n}": named.get(n, 1.0) for n in scores}}
     tables = [u for u in tuner.utterances if u.hyp_parts is not None]
     if not tables:

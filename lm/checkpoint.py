@@ -14,6 +14,7 @@ Loading reads JSON and safetensors only: nothing is ever unpickled.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,15 @@ class LoadedModel:
     def device(self) -> torch.device:
         return self.model.device
 
+    @property
+    def default_unk_penalty(self) -> float:
+        """The unknown-word penalty this model implies: ``<unk>``'s probability spread over the
+        distinct words that training mapped to it (``training["unk_types"]`` = U), so an unknown
+        word costs ``log P(<unk> | h) - log U``, as much as one rare word, not as much as all of
+        them together; 0 when U is not recorded or below 2 (a closed vocabulary)."""
+        types = self.training.get("unk_types")
+        return -math.log(types) if isinstance(types, int) and types >= 2 else 0.0
+
     def info(self) -> dict[str, Any]:
         """A JSON-able summary (what ``afp info --json`` prints)."""
         cfg = self.config
@@ -70,6 +80,8 @@ class LoadedModel:
             "cutoffs": list(cfg.adaptive_cutoffs) if cfg.softmax == "adaptive" else None,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "device": str(self.device),
+            "unk_types": self.training.get("unk_types"),
+            "default_unk_penalty": self.default_unk_penalty,
             "training": self.training,
         }
 

@@ -134,10 +134,14 @@ def _is_shard_file(path: Path) -> bool:
 
 def _write_split(out: Path, split: str, sources: Sequence[str], vocab: Vocabulary, shard_tokens: int) -> dict[str, Any]:
     writer = _ShardWriter(out, split, shard_tokens)
+    unknown: set[str] = set()  # the distinct words mapped to <unk> (a literal <unk> aside)
     try:
         for path in sources:
             for words in iter_corpus(path):
-                writer.add(vocab.encode(words, oov_id=OOV_ID))
+                ids = vocab.encode(words, oov_id=OOV_ID)
+                if OOV_ID in ids:
+                    unknown.update(w for w, i in zip(words, ids) if i == OOV_ID and w != vocab.unk)
+                writer.add(ids)
     finally:
         shards = writer.close()
     if not shards:
@@ -145,7 +149,7 @@ def _write_split(out: Path, split: str, sources: Sequence[str], vocab: Vocabular
     sentences = sum(s["sentences"] for s in shards)
     words = sum(s["words"] for s in shards)
     return {"sources": [str(s) for s in sources], "sentences": sentences, "words": words, "tokens": words + sentences,
-            "oov": sum(s["oov"] for s in shards), "shards": shards}
+            "oov": sum(s["oov"] for s in shards), "unk_types": len(unknown), "shards": shards}
 
 
 class _ShardWriter:

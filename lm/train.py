@@ -48,9 +48,13 @@ METRICS = "metrics.jsonl"
 
 @dataclass(frozen=True)
 class Data:
+    """The corpora and vocabulary of a run; ``unk_types``: how many distinct training words the
+    vocabulary maps to ``<unk>`` (None when unknown: shards prepared before it was counted)."""
+
     vocab: Vocabulary
     train: Corpus
     valid: Corpus | None
+    unk_types: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ def load_data(cfg: TrainConfig) -> Data:
         if cfg.max_train_sentences is not None:
             train_corpus = train_corpus.head(cfg.max_train_sentences)
         valid = encode(load_corpus(cfg.valid), prepared.vocab) if cfg.valid else prepared.valid
-        return Data(vocab=prepared.vocab, train=train_corpus, valid=valid)
+        return Data(vocab=prepared.vocab, train=train_corpus, valid=valid,
+                    unk_types=prepared.meta["splits"]["train"].get("unk_types"))
     train_sentences = load_corpus(cfg.train)
     if cfg.max_train_sentences is not None:
         train_sentences = train_sentences[: cfg.max_train_sentences]
@@ -82,7 +87,8 @@ def load_data(cfg: TrainConfig) -> Data:
     else:
         vocab = Vocabulary.from_sentences(train_sentences, max_size=cfg.max_vocab, min_count=cfg.min_count)
     valid = encode(load_corpus(cfg.valid), vocab) if cfg.valid else None
-    return Data(vocab=vocab, train=encode(train_sentences, vocab), valid=valid)
+    unknown = {w for sentence in train_sentences for w in sentence if not vocab.is_known(w) and w != vocab.unk}
+    return Data(vocab=vocab, train=encode(train_sentences, vocab), valid=valid, unk_types=len(unknown))
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -136,6 +142,7 @@ def train(
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     data = load_data(cfg)
+    record = {**(record or {}), "unk_types": data.unk_types}
     if model_config.vocab_size not in (None, data.vocab.size):
         raise ValueError(f"vocab_size: the model config says {model_config.vocab_size} but the vocabulary has "
                          f"{data.vocab.size} words; leave it unset")

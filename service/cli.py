@@ -183,13 +183,13 @@ def cmd_rescore(args: argparse.Namespace) -> None:
 
     symbols = _read_symbols(args.words) if args.words else None
     shard = parse_shard(args.shard) if args.shard else default_shard()
-    options = _rescore_options(args, return_lattice=args.out is not None)
+    loaded = _load(args.model, args.device)
+    options = _rescore_options(args, return_lattice=args.out is not None, unk_default=loaded.default_unk_penalty)
     outputs = JobOutputs(OutputOptions(out=args.out, nbest_text=args.nbest_text, text_dir=args.text_dir, ctm=args.ctm,
                                        frame_shift=args.frame_shift, json=args.json,
                                        show_first_pass=args.show_first_pass),
                          input_format=args.format, lm_weights=options.lm_weights, symbols=symbols,
                          rank=None if shard[1] == 1 or args.shard else shard[0])
-    loaded = _load(args.model, args.device)
     scorer = _scorer(loaded, args)
     old_lm = _old_lm(args.old_lm)
     failed = seen = 0
@@ -239,7 +239,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
         grid.points()  # validate before the long part
     refs = read_references(args.refs)
     loaded = _load(args.model, args.device)
-    options = _rescore_options(args)
+    options = _rescore_options(args, unk_default=loaded.default_unk_penalty)
     tuner = Tuner(_scorer(loaded, args), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
                   mbr=args.mbr)
     tuner.add(iter_lattices(args.inputs, args.format, symbols), progress=sys.stderr.isatty())
@@ -428,7 +428,8 @@ def cmd_rescore_cuts(args: argparse.Namespace) -> None:
 
     symbols = _read_symbols(args.words) if args.words else None
     loaded = _load(args.model, args.device)
-    summary = rescore_cuts(args.cuts, args.out, _scorer(loaded, args), _rescore_options(args), symbols,
+    summary = rescore_cuts(args.cuts, args.out, _scorer(loaded, args),
+                           _rescore_options(args, unk_default=loaded.default_unk_penalty), symbols,
                            device=loaded.device.type, old_lm=_old_lm(args.old_lm), warn=_warn,
                            workers=args.workers, batch_pairs=args.batch_pairs)
     print(json.dumps(summary))
@@ -460,7 +461,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
 _WEIGHT_FLAGS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "score_weights", "decode")
 
 
-def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
+def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk_default: float = 0.0):
+    """The engine's options of a command; ``unk_default``: the model's own unknown-word penalty
+    (:attr:`lm.checkpoint.LoadedModel.default_unk_penalty`) where ``--unk-penalty`` is not given."""
     from lattices.rescore import RescoreOptions
 
     def given(name: str, default: Any) -> Any:
@@ -473,7 +476,7 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False):
         nbest=getattr(args, "nbest", 1), max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam,
         posteriors=getattr(args, "posteriors", False), return_lattice=return_lattice, auto_prune=args.auto_prune,
         score_weights=_score_weights(args.score_weights), old_lm_score=args.old_lm_score,
-        unk_penalty=given("unk_penalty", 0.0), decode=given("decode", "viterbi"),
+        unk_penalty=given("unk_penalty", unk_default), decode=given("decode", "viterbi"),
         mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale)
     if getattr(args, "weights", None):
         from afp.weights import TunedWeights
@@ -548,8 +551,8 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
                                                     "--decode)")
     p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (default 0)")
     p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
-    p.add_argument("--unk-penalty", type=float,
-                   help="log-probability added to each word the new LM scores as <unk>")
+    p.add_argument("--unk-penalty", type=float, help="log-probability added to each word the new LM scores as <unk> "
+                   "(default: the model's own, -log of the distinct training words it maps to <unk>; afp info)")
     p.add_argument("--decode", choices=["viterbi", "mbr"],
                    help="best path, or minimum Bayes risk (least expected word errors)")
     p.add_argument("--posteriors", action="store_true",

@@ -80,7 +80,8 @@ class Runtime:
                                                        "vocab_size", "parameters", "device")},
                 "score_precision": self.scorer.inner.precision, "batching": self.scorer.enabled,
                 "old_lm": str(self.settings.old_lm) if self.settings.old_lm is not None else None,
-                "weights": self.weights.to_json() if self.weights is not None else None}
+                "weights": self.weights.to_json() if self.weights is not None else None,
+                "default_unk_penalty": self.loaded.default_unk_penalty}
 
     def close(self, timeout: float = 60.0) -> None:
         """Wait for running work (a timed-out request stops at its deadline), then stop the batcher."""
@@ -135,8 +136,8 @@ def parse_lattices(request: RescoreRequest, settings: Settings, deadline: float 
     return lattices
 
 
-def options_for(request: RescoreRequest, settings: Settings, default_weights: TunedWeights | None = None
-                ) -> RescoreOptions:
+def options_for(request: RescoreRequest, settings: Settings, default_weights: TunedWeights | None = None,
+                unk_default: float = 0.0) -> RescoreOptions:
     """The engine's options of a request: its fields, over the request's ``weights`` (a weights
     file's object) or else the server's ``AFP_WEIGHTS`` (``default_weights``); a weight field the
     request sets itself wins over both."""
@@ -153,8 +154,9 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
             word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
             prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
             auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
-            old_lm_score=request.old_lm_score, unk_penalty=request.unk_penalty, decode=request.decode,
-            mbr_nbest=request.mbr_nbest, mbr_scale=request.mbr_scale)
+            old_lm_score=request.old_lm_score, decode=request.decode, mbr_nbest=request.mbr_nbest,
+            mbr_scale=request.mbr_scale,
+            unk_penalty=request.unk_penalty if "unk_penalty" in request.model_fields_set else unk_default)
         tuned = default_weights
         if request.weights is not None:
             tuned = TunedWeights.from_json(request.weights, source="weights")
@@ -190,7 +192,8 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     """Parse, rescore and serialize every lattice of a request: one result per lattice and LM
     weight, and the request's warnings (at most one: mostly unknown words)."""
     settings = runtime.settings
-    options = dataclasses.replace(options_for(request, settings, runtime.weights), deadline=deadline)
+    options = dataclasses.replace(options_for(request, settings, runtime.weights,
+                                              runtime.loaded.default_unk_penalty), deadline=deadline)
     lattices = parse_lattices(request, settings, deadline)
     out, warnings = [], []
     untuned = (runtime.weights is None and request.weights is None

@@ -40,7 +40,8 @@ class RescoreOptionsModel(BaseModel):
                                   "names weigh 1 (acoustic: acoustic_scale)")
     old_lm_score: str | None = Field(default=None, description="the named score that is the old LM (default lm, "
                                                                "else graph)")
-    unk_penalty: Finite = Field(default=0.0, description="log-probability added to each word scored as <unk>")
+    unk_penalty: Finite = Field(default=0.0, description="log-probability added to each word scored as <unk>; "
+                                                         "unset: the model's own (GET /v1/models, default_unk_penalty)")
     decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
     mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
     mbr_scale: Finite = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
@@ -176,6 +177,8 @@ class ModelInfo(BaseModel):
     old_lm: str | None = Field(default=None, description="the ARPA n-gram subtracted exactly from graph scores "
                                                          "(AFP_OLD_LM), or null")
     weights: dict[str, Any] | None = Field(default=None, description="the default weights of requests (AFP_WEIGHTS)")
+    default_unk_penalty: float = Field(default=0.0, description="the unk_penalty of requests that give none: "
+                                       "-log of the distinct training words the model maps to <unk>")
 
 
 class ModelsResponse(BaseModel):

@@ -170,3 +170,29 @@ def test_every_door_gives_the_same_answer(capsys, setup, name):
     assert_same(reference, http_answer(setup, name), "POST /v1/rescore")
     assert_same(reference, tune_answer(setup, name), "afp tune")
     assert_same(reference, cuts_answer(capsys, setup, name), "afp rescore-cuts")
+
+
+def test_the_models_own_unknown_word_penalty_is_every_doors_default(tmp_path, capsys):
+    """A model that recorded 100 distinct training words mapped to <unk>: every door's default
+    unk_penalty is -log 100; an explicit one wins."""
+    import math
+
+    import afp
+
+    model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+    config = json.loads((model / "config.json").read_text())
+    config["training"]["unk_types"] = 100
+    (model / "config.json").write_text(json.dumps(config))
+    lattice = tmp_path / "lat.txt"
+    lattice.write_text("u\n0 1 the 1,1,\n0 1 zork 1,1,\n1 2 cat 1,1,\n2\n\n")
+    expected = -math.log(100)
+    assert main(["rescore", "--model", str(model), "--json", str(lattice)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["unk_penalty"] == pytest.approx(expected)
+    with client_for(model) as client:
+        r = client.post("/v1/rescore", json={"lattice": lattice.read_text()}).json()["results"][0]
+        assert r["unk_penalty"] == pytest.approx(expected)
+        explicit = client.post("/v1/rescore", json={"lattice": lattice.read_text(), "unk_penalty": 0}).json()
+        assert explicit["results"][0]["unk_penalty"] == 0
+    assert afp.load_model(model).rescore(str(lattice))[0][0].unk_penalty == pytest.approx(expected)
+    assert main(["rescore", "--model", str(model), "--unk-penalty", "-1", "--json", str(lattice)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["unk_penalty"] == -1

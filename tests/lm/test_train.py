@@ -200,3 +200,25 @@ def test_train_takes_a_model_config_and_fills_in_the_vocabulary_size(tmp_path, c
     assert loaded.config == template.replace(vocab_size=loaded.vocab.size) and run.epochs_run == 1
     with pytest.raises(ValueError, match=f"vocab_size: the model config says 7 but the vocabulary has {loaded.vocab.size}"):
         train(template.replace(vocab_size=7), config(corpus).replace(epochs=1), tmp_path / "other", progress=False)
+
+
+def test_training_records_how_many_words_it_maps_to_unk_and_the_penalty_follows(tmp_path):
+    """min_count 2 on a text with 3 distinct words seen once: they map to <unk>, the record says
+    3, and the model's default unknown-word penalty is -log 3 (each unknown word gets a third of
+    <unk>'s probability)."""
+    import math
+
+    from lm.checkpoint import load_checkpoint
+    from lm.config import ModelConfig, TrainConfig
+    from lm.shards import prepare
+    from lm.config import PrepareConfig
+
+    text = write_text(tmp_path / "train.txt", [["a", "b", "a", "b"], ["a", "rare1"], ["b", "rare2", "rare3", "<unk>"]])
+    cfg = TrainConfig(train=str(text), epochs=1, batch_size=2, min_count=2, device="cpu")
+    train(ModelConfig(cell="gru", hidden=4, mode="afp", rho=2), cfg, tmp_path / "run")
+    loaded = load_checkpoint(tmp_path / "run")
+    assert loaded.training["unk_types"] == 3
+    assert loaded.default_unk_penalty == pytest.approx(-math.log(3))
+    assert loaded.info()["default_unk_penalty"] == pytest.approx(-math.log(3))
+    meta = prepare(PrepareConfig(text=(str(text),), out=str(tmp_path / "data"), min_count=2))
+    assert meta["splits"]["train"]["unk_types"] == 3
