@@ -391,9 +391,49 @@ def long_lattices(results: Path) -> list[str]:
                          "baseline total s", "speed-up", "baseline peak RSS MB", "memory ratio"], rows)]
 
 
+def sentence_scoring(results: Path) -> list[str]:
+    """``sentence_scoring_<device>.json``: the shared-context sentence scoring of afp ppl/score
+    against the sentence forward pass; nothing when absent."""
+    lines = ["## Sentence scoring: shared contexts against the sentence forward pass "
+             "(`python -m bench.sentence_scoring`)", ""]
+    for device, data in _device_files(results, "sentence_scoring"):
+        rows = [[r["set"], r["model"], f"{r['sentences']:,}", f"{r['tokens']:,}",
+                 f"{r['shared']['tokens_per_s']:,.0f}", f"{r['forward']['tokens_per_s']:,.0f}",
+                 _ratio_cell(r["speedup"]), f"{r['shared']['ppl']:.3f}", f"{r['forward']['ppl']:.3f}",
+                 f"{r['max_sentence_logprob_diff']:.1e}"] for r in data["results"]]
+        lines += [f"### {device}: {_where(data)}; `{data['command']}`, {data['results'][0]['threads']} torch "
+                  "thread(s), fp32", "",
+                  *_table(["set", "model", "sentences", "tokens", "shared tokens/s", "forward tokens/s", "speed-up",
+                           "ppl shared", "ppl forward", "max sentence diff"], rows)]
+    return lines if len(lines) > 2 else []
+
+
+def tune_transfer(results: Path) -> list[str]:
+    """``tune_transfer.json``: tuned on one LibriSpeech dev set, applied to the other; nothing
+    when absent."""
+    data = _load(results / "tune_transfer.json")
+    if not data:
+        return []
+    rows = []
+    for r in data["rows"]:
+        c = r["against_first_pass"]
+        rows.append([f"{r['tuned_on']} -> {r['applied_to']}", r["system"], f"{r['tuned_wer']:.2f}",
+                     f"{r['cross_validated_wer']:.2f}" if r.get("cross_validated_wer") is not None else "-",
+                     f"{c['wer_a']:.2f}", f"{c['wer_b']:.2f}", f"{c['difference']:+.2f}",
+                     f"{c['mapsswe']['p']:.2g}", f"[{c['bootstrap']['low']:+.2f}, {c['bootstrap']['high']:+.2f}]",
+                     "yes" if c["significant"] else "no", _point(r["point"])])
+    return ["## Tuning that cannot lose: tuned on one dev set, applied to the other (`python -m bench.tune_transfer`)",
+            "", f"`{data['command']}`: model `{data['model']}`, ESPnet 30-best lists; WER in percent; p: matched "
+            "pairs (MAPSSWE, utterances); interval: bootstrap 95% of the applied WER minus the first pass's. "
+            "`joint` writes the first pass's own weights when its cross-validated WER is not below the first pass's.",
+            "", *_table(["direction", "system", "tuned WER", "CV WER", "first pass", "applied WER", "difference", "p",
+                         "bootstrap 95%", "significant", "weights"], rows)]
+
+
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
                                  softmax_wikitext, rescoring,
-                                 long_lattices, hard_inputs, merged_rescoring, load, wer, conversational)
+                                 long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load, wer,
+                                 tune_transfer, conversational)
 
 
 def render(results: Path = RESULTS) -> str:
