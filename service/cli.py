@@ -522,12 +522,12 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--old-lm-score", metavar="NAME", help="the named score that is the old LM (default lm, else graph)")
     p.add_argument("--old-lm", metavar="ARPA", help="the n-gram that built the decoding graph: its exact score "
                                                     "replaces the old-LM part of the graph score (Kaldi lmrescore)")
-    p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first")
-    p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs)")
+    p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
+    p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs; default 5000000)")
     p.add_argument("--auto-prune", action="store_true",
                    help="over the budget, prune (beam 10, then halving) instead of failing")
-    p.add_argument("--mbr-nbest", type=int, default=100, help="distinct hypotheses MBR decoding weighs")
-    p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score)")
+    p.add_argument("--mbr-nbest", type=int, default=100, help="distinct hypotheses MBR decoding weighs (default 100)")
+    p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score) (default 1)")
 
 
 def _positive(text: str) -> int:
@@ -543,7 +543,7 @@ def _positive(text: str) -> int:
 
 def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     _add_common_scoring_options(p)
-    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return")
+    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return (default 1)")
     p.add_argument("--lm-weight", type=float, action="append",
                    help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
     p.add_argument("--weights", metavar="JSON", help="the weights afp tune --save wrote (instead of --lm-weight, "
@@ -554,7 +554,7 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unk-penalty", type=float, help="log-probability added to each word the new LM scores as <unk> "
                    "(default: the model's own, -log of the distinct training words it maps to <unk>; afp info)")
     p.add_argument("--decode", choices=["viterbi", "mbr"],
-                   help="best path, or minimum Bayes risk (least expected word errors)")
+                   help="best path, or minimum Bayes risk (least expected word errors) (default viterbi)")
     p.add_argument("--posteriors", action="store_true",
                    help="word posteriors of the best path, one per word (JSON best.word_posteriors; CTM confidence)")
 
@@ -564,7 +564,7 @@ def _add_workers(p: argparse.ArgumentParser) -> None:
                    help="rescore N lattices at a time, their LM scoring merged into one model call (worth it on "
                         "a GPU); results stay in input order (default 1)")
     p.add_argument("--batch-pairs", type=_positive, default=262_144, metavar="N",
-                   help="with --workers: the most (context, word) pairs of one merged model call")
+                   help="with --workers: the most (context, word) pairs of one merged model call (default 262144)")
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
@@ -671,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description=f"Rescore lattices exactly. INPUT: {inputs_help}.")
     with_model(p)
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("--format", default="auto", choices=formats)
+    p.add_argument("--format", default="auto", choices=formats, help="input format (default auto: guessed)")
     _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
     _add_workers(p)
@@ -687,22 +687,22 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"descent with exact line searches (MERT) from the first pass's own weights, so "
                                    f"the tuned WER on the dev set is never above the first pass's; reports the "
                                    f"significance of the gain and a cross-validated WER. --grid evaluates a grid "
-                                   f"instead. INPUT: {inputs_help}. Grids: comma lists or start:stop:step.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                   f"instead. INPUT: {inputs_help}. Grids: comma lists or start:stop:step.")
     with_model(p)
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("--format", default="auto", choices=formats)
+    p.add_argument("--format", default="auto", choices=formats, help="input format (default auto: guessed)")
     p.add_argument("--refs", required=True, metavar="REFS",
                    help="references: Kaldi text (uttid words), sclite trn (words (spk-uttid)), or a lhotse "
                         "SupervisionSet/CutSet manifest")
     _add_common_scoring_options(p)
     p.add_argument("--tune-score-weights", metavar="NAME,...",
-                   help="also tune the weights of these named first-pass scores (e.g. decoder,ctc)")
+                   help="also tune the weights of these named first-pass scores (e.g. decoder,ctc; default: none)")
     p.add_argument("--restarts", type=int, default=3, help="random restarts of the joint search (default 3)")
     p.add_argument("--folds", type=int, default=5,
                    help="cross-validation folds for the expected WER on new data (default 5; 1: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the restarts and the bootstrap (default 0)")
-    p.add_argument("--save", metavar="JSON", help="write the tuned weights (afp rescore --weights reads them)")
+    p.add_argument("--save", metavar="JSON", help="write the chosen weights (afp rescore --weights reads them; "
+                                                 "default: not written)")
     p.add_argument("--grid", action="store_true",
                    help="evaluate a grid instead of the joint search (also implied by the grid options below)")
     p.add_argument("--lm-weights", help="grid: new-LM weights to try (default 0:1:0.1)")
@@ -774,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"at most this many words per shard file (default {PrepareConfig.shard_tokens})")
     p.set_defaults(func=cmd_prepare)
 
-    p = sub.add_parser("train", help="train a language model", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser("train", help="train a language model")
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')
     p.add_argument("--out", required=True, metavar="DIR", help="run directory (the best checkpoint is written here)")
     p.add_argument("--resume", action="store_true", help="continue from DIR/resume")
