@@ -26,7 +26,7 @@ from afp.mixtures import mixed_scorer
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
-from lattices.rescore import RescoreOptions, RescoreResult
+from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_OLD_LM_WEIGHT, RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel, load_checkpoint
 from lm.device import resolve_device
@@ -65,7 +65,8 @@ def rescore_options(**options: Any) -> RescoreOptions:
     ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``max_arcs``,
     ``auto_prune``, ``old_lm_score`` (and ``RescoreOptions``' own field names)."""
     renamed = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "prune_if_too_large": "auto_prune"}
-    fields_ = {renamed.get(name, name): value for name, value in options.items()}
+    fields_ = {"lm_weights": DEFAULT_LM_WEIGHT, "old_lm_weight": DEFAULT_OLD_LM_WEIGHT,
+               **{renamed.get(name, name): value for name, value in options.items()}}
     weights = fields_.get("lm_weights")
     if weights is not None:
         fields_["lm_weights"] = tuple(weights) if isinstance(weights, (list, tuple)) else (weights,)

@@ -49,15 +49,14 @@ def _known_in_another_case(words: Sequence[str], known: Callable[[Sequence[str]]
     return [(w, next(f for f in fs if ok[f])) for w, fs in zip(words, forms) if any(ok[f] for f in fs)]
 
 
-def untuned_weights_warning(stats: dict[str, Any], old_lm_weight: float, lm_weight: float) -> str | None:
-    """The warning for a job (or request) rescoring with weights nobody chose, when the input
-    carries a first-pass LM score (``stats["old_lm_score"]``) that those weights scale down: on a
-    strong recogniser, dropping its LM for a new one can raise the WER (LibriSpeech dev_other,
-    ESPnet: 3.61% -> 4.0%). None when the old LM is kept in full."""
+def untuned_weights_warning(stats: dict[str, Any], old_lm_weight: float, lm_weight: float) -> str:
+    """What a job (or request) rescoring with weights nobody chose is told, once: the weights in
+    use and how to tune them. The untuned defaults keep the first pass's combination (its LM,
+    ``stats["old_lm_score"]``, at ``old_lm_weight``) and add the new LM at ``lm_weight``; tuned
+    weights can only do better on a dev set (afp tune), and say whether they do on new data."""
     old = stats.get("old_lm_score")
-    if old is None or old_lm_weight >= 1.0:
-        return None
-    return (f"the weights are untuned (old LM {old!r} at {old_lm_weight:g}, new LM at {lm_weight:g}): replacing a "
-            f"strong recogniser's LM can make its WER worse. Tune them on a dev set (afp tune --refs REFS "
-            f"--save weights.json DEV) and pass --weights weights.json (HTTP: AFP_WEIGHTS or a request's "
-            f"'weights'), or keep the first pass's LM with --old-lm-weight 1")
+    kept = (f"the first pass's LM {old!r} at {old_lm_weight:g}" if old is not None
+            else f"no first-pass LM (old-LM weight {old_lm_weight:g})")
+    return (f"the weights are untuned ({kept}, the new LM at {lm_weight:g}): tune them on a dev set "
+            f"(afp tune --refs REFS --save weights.json DEV) and pass --weights weights.json (HTTP: AFP_WEIGHTS or a "
+            f"request's 'weights'); without a dev set, --lm-weight 0 --old-lm-weight 1 gives the first pass's own answer")

@@ -38,6 +38,10 @@ from lattices.scorer import ContextScorer
 from lattices.search import Dag, segment_logsumexp
 
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
+#: the front ends' untuned weights (afp rescore, POST /v1/rescore, afp.Model.rescore): the first
+#: pass's combination kept whole (its LM at 1) and the new LM added at half that weight
+DEFAULT_OLD_LM_WEIGHT = 1.0
+DEFAULT_LM_WEIGHT = 0.5
 #: the request field of each option (where they differ)
 _FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")

@@ -202,9 +202,8 @@ def cmd_rescore(args: argparse.Namespace) -> None:
             if untuned and not isinstance(lattice_results, Failure):
                 from lattices.diagnostics import untuned_weights_warning
 
-                text = untuned_weights_warning(lattice_results[0].stats, options.old_lm_weight, options.lm_weights[0])
-                if text is not None:
-                    _warn(text + " (this warning is given once per job)")
+                _warn(untuned_weights_warning(lattice_results[0].stats, options.old_lm_weight, options.lm_weights[0])
+                      + " (this warning is given once per job)")
                 untuned = False
             if not isinstance(lattice_results, Failure):
                 try:
@@ -464,15 +463,15 @@ _WEIGHT_FLAGS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "s
 def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk_default: float = 0.0):
     """The engine's options of a command; ``unk_default``: the model's own unknown-word penalty
     (:attr:`lm.checkpoint.LoadedModel.default_unk_penalty`) where ``--unk-penalty`` is not given."""
-    from lattices.rescore import RescoreOptions
+    from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_OLD_LM_WEIGHT, RescoreOptions
 
     def given(name: str, default: Any) -> Any:
         value = getattr(args, name, None)
         return default if value is None else value
 
     options = RescoreOptions(
-        lm_weights=tuple(given("lm_weight", [1.0])), acoustic_scale=args.acoustic_scale,
-        old_lm_weight=given("old_lm_weight", 0.0), word_penalty=getattr(args, "word_penalty", None),
+        lm_weights=tuple(given("lm_weight", [DEFAULT_LM_WEIGHT])), acoustic_scale=args.acoustic_scale,
+        old_lm_weight=given("old_lm_weight", DEFAULT_OLD_LM_WEIGHT), word_penalty=getattr(args, "word_penalty", None),
         nbest=getattr(args, "nbest", 1), max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam,
         posteriors=getattr(args, "posteriors", False), return_lattice=return_lattice, auto_prune=args.auto_prune,
         score_weights=_score_weights(args.score_weights), old_lm_score=args.old_lm_score,
@@ -545,11 +544,12 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     _add_common_scoring_options(p)
     p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return (default 1)")
     p.add_argument("--lm-weight", type=float, action="append",
-                   help="weight of the new LM (repeat to evaluate several in one pass; default 1)")
+                   help="weight of the new LM (repeat to evaluate several in one pass; untuned default 0.5)")
     p.add_argument("--weights", metavar="JSON", help="the weights afp tune --save wrote (instead of --lm-weight, "
                                                     "--old-lm-weight, --word-penalty, --unk-penalty, --score-weights, "
                                                     "--decode)")
-    p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (default 0)")
+    p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (untuned default 1: the "
+                                                       "first pass's combination is kept)")
     p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
     p.add_argument("--unk-penalty", type=float, help="log-probability added to each word the new LM scores as <unk> "
                    "(default: the model's own, -log of the distinct training words it maps to <unk>; afp info)")

@@ -207,9 +207,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
             if warning is not None:  # once per request, as afp rescore warns once per job
                 warnings.append(warning)
             if untuned:
-                text = untuned_weights_warning(result.stats, options.old_lm_weight, options.lm_weights[0])
-                if text is not None:
-                    warnings.append(text)
+                warnings.append(untuned_weights_warning(result.stats, options.old_lm_weight, options.lm_weights[0]))
                 untuned = False
             row = result.to_json()
             if result.lattice is not None:

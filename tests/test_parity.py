@@ -16,7 +16,7 @@ import pytest
 
 from afp.tune import Tuner
 from lattices.formats import read_lattice_file
-from lattices.rescore import RescoreOptions
+from lattices.rescore import DEFAULT_OLD_LM_WEIGHT, RescoreOptions
 from lm.checkpoint import load_checkpoint
 from lm.ngram import NgramScorer, read_arpa
 from lm.scorer import LMScorer
@@ -119,7 +119,7 @@ def tune_answer(root: Path, name: str) -> Answer:
     tuner.add(read_lattice_file(root / path, fmt))
     out: Answer = {}
     for weight in LM_WEIGHTS:
-        point = {"lm_weight": weight, "old_lm_weight": fields.get("old_lm_weight", 0.0),
+        point = {"lm_weight": weight, "old_lm_weight": fields.get("old_lm_weight", DEFAULT_OLD_LM_WEIGHT),
                  "word_penalty": fields.get("word_penalty", 0.0), "unk_penalty": fields.get("unk_penalty", 0.0)}
         for key, words, score in tuner.decisions(point, mbr=fields.get("decode") == "mbr"):
             out[(key, weight)] = (words, score)

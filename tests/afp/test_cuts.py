@@ -36,7 +36,7 @@ def test_rescore_cuts_writes_hypotheses_and_wer(tmp_path, capsys):
     cuts = make_cuts(tmp_path, ["the cat sat", "the dog sat"])
     # LM weight 0: only acoustics count, so the hypotheses are "the cat sat" and "the dog ran"
     assert main(["rescore-cuts", "--model", str(model), "--cuts", str(cuts), "--out", str(tmp_path / "out.jsonl.gz"),
-                 "--lm-weight", "0"]) == 0
+                 "--lm-weight", "0", "--old-lm-weight", "0"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["cuts"] == 2 and summary["ref_words"] == 6 and summary["failed"] == 0
     assert summary["substitutions"] == 1 and summary["wer"] == pytest.approx(100 / 6)  # percent, as afp tune

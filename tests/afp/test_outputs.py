@@ -243,14 +243,14 @@ def test_plain_gz_path_is_gzipped_and_keeps_spellings(capsys, tmp_path, model_di
 
 
 def test_archive_on_stdout_replaces_the_transcripts(capsys, tmp_path, model_dir, archive):
-    captured = afp(capsys, ["--model", str(model_dir), str(archive), "--lm-weight", "0", "--out", "ark,t:-",
+    captured = afp(capsys, ["--model", str(model_dir), str(archive), "--lm-weight", "0", "--old-lm-weight", "0", "--out", "ark,t:-",
                             "--text-dir", str(tmp_path / "text")])
     assert [lat.key for lat in read_kaldi(captured.out)] == ["utt1", "utt2"]
     assert (tmp_path / "text" / "0" / "text").read_text() == "utt1 the cat sat\nutt2 the dog ran\n"
 
 
 def test_text_dir_per_lm_weight_and_tab_lines_agree(capsys, tmp_path, model_dir, archive):
-    captured = afp(capsys, ["--model", str(model_dir), str(archive), "--lm-weight", "0", "--lm-weight", "2.5",
+    captured = afp(capsys, ["--model", str(model_dir), str(archive), "--lm-weight", "0", "--old-lm-weight", "0", "--lm-weight", "2.5",
                             "--text-dir", str(tmp_path / "d")])
     lines = captured.out.splitlines()
     assert lines[0] == "0\tutt1 the cat sat" and len(lines) == 4
@@ -260,7 +260,7 @@ def test_text_dir_per_lm_weight_and_tab_lines_agree(capsys, tmp_path, model_dir,
 
 
 def test_nbest_text_and_ctm_files(capsys, tmp_path, model_dir, archive):
-    afp(capsys, ["--model", str(model_dir), str(archive), "--lm-weight", "0", "--nbest", "2", "--nbest-text",
+    afp(capsys, ["--model", str(model_dir), str(archive), "--lm-weight", "0", "--old-lm-weight", "0", "--nbest", "2", "--nbest-text",
                  str(tmp_path / "nbest.txt"), "--ctm", str(tmp_path / "x.ctm"), "--frame-shift", "0.03"])
     assert (tmp_path / "nbest.txt").read_text() == "utt1-1 the cat sat\nutt1-2 a cat sat\nutt2-1 the dog ran\n"
     assert (tmp_path / "x.ctm").read_text().splitlines()[3:] == [
@@ -270,7 +270,7 @@ def test_nbest_text_and_ctm_files(capsys, tmp_path, model_dir, archive):
 def test_htk_input_to_a_directory_and_to_a_kaldi_archive(capsys, tmp_path, model_dir):
     slf = tmp_path / "h1.lat"
     slf.write_text(SLF)
-    captured = afp(capsys, ["--model", str(model_dir), str(slf), "--lm-weight", "0", "--out", str(tmp_path / "dir"),
+    captured = afp(capsys, ["--model", str(model_dir), str(slf), "--lm-weight", "0", "--old-lm-weight", "0", "--out", str(tmp_path / "dir"),
                             "--ctm", "-"])
     assert captured.out == "h1 1 0.00 0.30 the\nh1 1 0.30 0.50 cat\n"
     assert [lat.key for lat in read_lattice_file(tmp_path / "dir" / "h1.lat", "htk")] == ["h1"]

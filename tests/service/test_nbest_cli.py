@@ -132,10 +132,11 @@ def test_real_espnet_lists_are_exact(capsys, tmp_path, model_dir):
     assert [h["lm_logprob"] for h in hyps] == pytest.approx(expected, abs=1e-3)
 
 
-def test_untuned_weights_that_drop_the_first_pass_lm_warn_once(capsys, tmp_path, model_dir):
+def test_untuned_weights_keep_the_first_pass_and_warn_once(capsys, tmp_path, model_dir):
     directory = write_espnet(tmp_path / "decode", random_lists(4))
-    _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(directory)])
-    assert captured.err.count("the weights are untuned (old LM 'lm' at 0, new LM at 1)") == 1
+    rows, captured = run(capsys, ["rescore", "--model", str(model_dir), "--json", str(directory)])
+    assert captured.err.count("the weights are untuned (the first pass's LM 'lm' at 1, the new LM at 0.5)") == 1
+    assert {(r["old_lm_weight"], r["lm_weight"]) for r in rows} == {(1.0, 0.5)}
     assert "afp tune --refs REFS --save weights.json DEV" in captured.err
     for chosen in (["--old-lm-weight", "1"], ["--lm-weight", "0.3", "--old-lm-weight", "0.5"]):
         _, captured = run(capsys, ["rescore", "--model", str(model_dir), *chosen, str(directory)])

@@ -94,7 +94,7 @@ def test_plain_output_shards_and_several_lm_weights(capsys, model_dir, archive):
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--shard", "1/2"])
     assert captured.out.splitlines() == ["utt2 the dog ran"]
     rows, _ = run(capsys, ["rescore", "--model", str(model_dir), str(archive), "--json",
-                           "--lm-weight", "0", "--lm-weight", "2"])
+                           "--lm-weight", "0", "--lm-weight", "2", "--old-lm-weight", "0"])
     assert [(r["key"], r["lm_weight"]) for r in rows] == [("utt1", 0.0), ("utt1", 2.0), ("utt2", 0.0), ("utt2", 2.0)]
     # with the LM weight 0 (and old LM weight 0) only acoustics count: "the" (10) beats "a" (12)
     assert rows[0]["best"]["words"] == ["the", "cat", "sat"]
@@ -232,7 +232,7 @@ def test_a_lattice_that_cannot_be_written_is_left_out_and_the_job_goes_on(capsys
     assert "lattice 'utt2': field words: word 'dog' has no id in the symbol table" in captured.err
     assert "1 of 2 lattice(s) could not be rescored or written" in captured.err
     assert [lat.key for lat in read_lattice_file(out, "kaldi", tuple(words.read_text().split()[::2]))] == ["utt1"]
-    assert (text / "1" / "text").read_text() == "utt1 the cat sat\n"
+    assert (text / "0.5" / "text").read_text() == "utt1 the cat sat\n"
 
 
 def test_an_input_with_no_lattice_warns(capsys, tmp_path, model_dir):
