@@ -105,3 +105,17 @@ def test_console_script_runs_from_stdin():
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
     assert row["words"] == ["YEAH", "I", "THINK", "SO"] and len(row["token_logprobs"]) == 5
+
+
+def test_every_command_that_loads_a_model_defaults_to_the_same_device_as_serve():
+    """One default everywhere: auto (CUDA when there is a GPU), as afp serve and afp train."""
+    from service.cli import build_parser
+    from service.settings import Settings
+
+    parser = build_parser()
+    for argv in (["info"], ["ppl", "--text", "x"], ["score", "--text", "x"], ["rescore", "x"],
+                 ["tune", "--refs", "r", "x"], ["rescore-cuts", "--cuts", "c", "--out", "o"]):
+        args = parser.parse_args(argv)
+        assert args.device == "auto", argv
+        assert (args.score_precision or "auto") == "auto", argv
+    assert Settings().device == "auto" and Settings().score_precision == "auto"
