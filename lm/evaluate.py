@@ -52,6 +52,24 @@ class CorpusScore:
 
     def summary(self) -> dict[str, float | int]:
         """``{"ppl", "tokens", "sentences", "oov", "logprob"}`` (what ``afp ppl --json`` prints)."""
+        return TextScore(logprob=self.logprob, tokens=self.tokens, sentences=self.sentences, oov=self.oov).to_json()
+
+
+@dataclass(frozen=True)
+class TextScore:
+    """What ``afp ppl`` prints: perplexity over ``tokens`` (words and one ``</s>`` per
+    sentence), natural-log ``logprob``, ``oov`` unknown words (scored as ``<unk>``)."""
+
+    logprob: float
+    tokens: int
+    sentences: int
+    oov: int
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(-self.logprob / self.tokens) if self.tokens else float("nan")
+
+    def to_json(self) -> dict[str, float | int]:
         return {"ppl": self.ppl, "tokens": self.tokens, "sentences": self.sentences, "oov": self.oov,
                 "logprob": self.logprob}
 

@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -17,6 +15,7 @@ import torch
 from torch import Tensor
 
 from lm.checkpoint import LoadedModel
+from lm.evaluate import TextScore
 from lm.model import DEFAULT_SCORE_ELEMENTS
 from lm.output import resolve_score_precision
 
@@ -171,25 +170,6 @@ def iter_sentence_scores(scorer: SentenceScorer, sentences: Iterable[Sequence[st
 def score_sentences(scorer: SentenceScorer, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
     """:func:`iter_sentence_scores` as a list."""
     return list(iter_sentence_scores(scorer, sentences))
-
-
-@dataclass(frozen=True)
-class TextScore:
-    """What ``afp ppl`` prints: perplexity over ``tokens`` (words and one ``</s>`` per
-    sentence), natural-log ``logprob``, ``oov`` unknown words (scored as ``<unk>``)."""
-
-    logprob: float
-    tokens: int
-    sentences: int
-    oov: int
-
-    @property
-    def ppl(self) -> float:
-        return math.exp(-self.logprob / self.tokens) if self.tokens else float("nan")
-
-    def to_json(self) -> dict[str, float | int]:
-        return {"ppl": self.ppl, "tokens": self.tokens, "sentences": self.sentences, "oov": self.oov,
-                "logprob": self.logprob}
 
 
 class UnknownCounter:

@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lm.checkpoint import prepare_model, save_checkpoint
 from lm.config import ModelConfig, TrainConfig
-from lm.corpus import Batch, Corpus, EncodedCorpus, batches, encode, load_corpus
+from lm.corpus import Batch, Corpus, batches, encode, load_corpus
 from lm.device import native_bf16, resolve_device, tf32_matmuls
 from lm.evaluate import corpus_logprob
 from lm.model import LanguageModel, build_model

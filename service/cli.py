@@ -23,7 +23,6 @@ import os
 import sys
 import typing
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from afp.defaults import default_model_dir
