@@ -26,6 +26,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy
 import torch
@@ -236,8 +237,8 @@ def search(problem: Problem, start: dict[str, float], names: Sequence[str], rest
                   at_edge=best.at_edge)
 
 
-def tables_from(utterances: Sequence[object], objective: Callable[[object], numpy.ndarray]) -> list[Table]:
-    """:class:`Table` s of a tuner's table utterances, with ``objective(utterance)`` as errors."""
-    return [Table(parts=u.hyp_parts.numpy() if isinstance(u.hyp_parts, torch.Tensor) else u.hyp_parts,  # type: ignore[attr-defined]
-                  errors=objective(u), acoustic_scale=u.acoustic_scale)  # type: ignore[attr-defined]
+def tables_from(utterances: Sequence[Any], objective: Callable[[Any], numpy.ndarray]) -> list[Table]:
+    """:class:`Table` s of a tuner's table utterances (``hyp_parts``: a tensor ``(H, C)``,
+    ``acoustic_scale``), with ``objective(utterance)`` as their errors."""
+    return [Table(parts=torch.as_tensor(u.hyp_parts).numpy(), errors=objective(u), acoustic_scale=u.acoustic_scale)
             for u in utterances]

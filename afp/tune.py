@@ -28,7 +28,7 @@ from torch import Tensor
 
 from lattices.expand import PAD
 from lattices.rescore import RescoreOptions, first_pass_best, rescore_scored, score_for_options
-from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, component_vector
+from lattices.scored import DEFAULT_ACOUSTIC_SCALE, TAIL, ScoredLattice, Weights, component_vector
 from lattices.scorer import ContextScorer
 from afp.wer import WerStats, match_references, word_errors
 
@@ -243,20 +243,7 @@ class Tuner:
 
     def stats_at(self, point: dict[str, float]) -> WerStats:
         """The error breakdown at a point of the joint search (``score:*`` weights included)."""
-        from afp import mert
-
-        out = []
-        for utt in self.utterances:
-            if utt.hyp_parts is not None:
-                assert utt.errors is not None
-                vector = component_vector(self.names or (), mert.weights_of(point, self.options.named_weights(
-                    self.names or ())), utt.acoustic_scale)
-                out.append(utt.errors[int(_argmax_first((utt.hyp_parts @ vector).unsqueeze(1))[0])])
-            else:
-                assert utt.scored is not None
-                words = rescore_scored(utt.scored, _point_options(self, point))[0].best.words
-                out.append(word_errors(utt.ref, words))
-        return _total(out)
+        return _total(point_stats(self, point))
 
     def stats(self, point: dict[str, float], mbr: bool = False) -> WerStats:
         """The full error breakdown at one grid point."""
@@ -398,22 +385,19 @@ def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[di
 
     names = tuner.names or ()
     named = tuner.options.named_weights(names)
-    scores = [n for n in names[: -len(TAIL_NAMES)] if n != "acoustic" or "acoustic" in named]
+    scores = [n for n in names[: -len(TAIL)] if n != "acoustic" or "acoustic" in named]
     start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0,
                                "unk_penalty": tuner.options.unk_penalty,
                                **{f"score:{n}": named.get(n, 1.0) for n in scores}}
     tables = [u for u in tuner.utterances if u.hyp_parts is not None]
     if not tables:
         return start, float("nan")
-    first_words = [_first_pass_words(u) for u in tables]
-    problem = mert.Problem(mert.tables_from(tables, lambda u: numpy.array(
-        [int(w != first_words[tables.index(u)]) for w in u.hyp_words])), names, named)
+    # the objective: 1 for a hypothesis whose words are not the recogniser's 1-best's
+    disagree = {id(u): numpy.array([int(w != _first_pass_words(u)) for w in u.hyp_words]) for u in tables}
+    problem = mert.Problem(mert.tables_from(tables, lambda u: disagree[id(u)]), names, named)
     free = ["old_lm_weight", *(f"score:{n}" for n in scores[1:]), "word_penalty"]
     found = mert.search(problem, start, free, restarts=restarts, seed=seed, pick="simplest")
     return found.point, 1.0 - found.errors / len(tables)
-
-
-TAIL_NAMES = ("old_lm", "new_lm", "unk", "words")
 
 
 def _first_pass_words(utt: _Utterance) -> list[str]:
@@ -422,21 +406,29 @@ def _first_pass_words(utt: _Utterance) -> list[str]:
     return utt.hyp_words[0]
 
 
-def utterance_errors(tuner: Tuner, point: dict[str, float]) -> list[int]:
-    """Word errors of every utterance at a point of the joint search (``score:*`` weights included)."""
+def point_stats(tuner: Tuner | _Subset, point: dict[str, float]) -> list[WerStats]:
+    """Every utterance's errors at a point of the joint search (``score:*`` weights included):
+    the hypothesis rescoring with those weights returns as ``best``."""
     from afp import mert
 
+    names = tuner.names or ()
     out = []
     for utt in tuner.utterances:
         if utt.hyp_parts is not None:
-            vector = component_vector(tuner.names or (), mert.weights_of(point, tuner.options.named_weights(
-                tuner.names or ())), utt.acoustic_scale)
-            out.append(int(utt.error_counts[int(_argmax_first((utt.hyp_parts @ vector).unsqueeze(1))[0])]))
+            assert utt.errors is not None
+            vector = component_vector(names, mert.weights_of(point, tuner.options.named_weights(names)),
+                                      utt.acoustic_scale)
+            out.append(utt.errors[int(_argmax_first((utt.hyp_parts @ vector).unsqueeze(1))[0])])
         else:
             assert utt.scored is not None
             words = rescore_scored(utt.scored, _point_options(tuner, point))[0].best.words
-            out.append(word_errors(utt.ref, words).errors)
+            out.append(word_errors(utt.ref, words))
     return out
+
+
+def utterance_errors(tuner: Tuner | _Subset, point: dict[str, float]) -> list[int]:
+    """Word errors of every utterance at a point (:func:`point_stats`)."""
+    return [stats.errors for stats in point_stats(tuner, point)]
 
 
 def _point_options(tuner: Tuner, point: dict[str, float]) -> RescoreOptions:
@@ -490,10 +482,10 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
     if not tuner.utterances:
         raise ValueError("no utterance to tune on")
     names = tuner.names or ()
-    unknown = sorted(set(tune_scores) - set(names[: -len(TAIL_NAMES)]))
+    unknown = sorted(set(tune_scores) - set(names[: -len(TAIL)]))
     if unknown:
         raise ValueError(f"--tune-score-weights: no score named {', '.join(unknown)}; the scores are "
-                         f"{', '.join(names[: -len(TAIL_NAMES)])}")
+                         f"{', '.join(names[: -len(TAIL)])}")
     coords = [*mert.BASE, *(f"score:{n}" for n in tune_scores)]
     started = time.perf_counter()
     start, agreement = first_pass_point(tuner, seed=seed)
