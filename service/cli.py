@@ -451,6 +451,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise CLIError(f"invalid server settings: {err}") from None
     if not (settings.model_dir / "config.json").is_file():
         raise CLIError(f"{settings.model_dir}: not a model directory (no config.json)")
+    if settings.weights is not None:  # a bad weights file is one line now, not a failed start-up later
+        from afp.weights import TunedWeights
+
+        TunedWeights.read(settings.weights)
+    if settings.old_lm is not None and not settings.old_lm.is_file():
+        raise CLIError(f"{settings.old_lm}: no such file (--old-lm / AFP_OLD_LM)")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
                 timeout_graceful_shutdown=int(settings.request_timeout_s), access_log=args.access_log)
 

@@ -119,3 +119,14 @@ def test_every_command_that_loads_a_model_defaults_to_the_same_device_as_serve()
         assert args.device == "auto", argv
         assert (args.score_precision or "auto") == "auto", argv
     assert Settings().device == "auto" and Settings().score_precision == "auto"
+
+
+def test_serve_refuses_a_bad_weights_file_or_a_missing_old_lm_in_one_line(tmp_path, capsys):
+    from service.cli import main
+
+    bad = tmp_path / "w.json"
+    bad.write_text('{"lm_weight": "x"}')
+    assert main(["serve", "--weights", str(bad), "--port", "1"]) == 2
+    assert "w.json: field lm_weight: expected a finite number" in capsys.readouterr().err
+    assert main(["serve", "--old-lm", str(tmp_path / "none.arpa"), "--port", "1"]) == 2
+    assert "none.arpa: no such file" in capsys.readouterr().err
