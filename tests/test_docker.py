@@ -66,6 +66,21 @@ def test_images_are_multistage_non_root_with_healthcheck(dockerfile):
     assert text.index("pyproject.toml") < text.index("COPY lm lm")
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_hold_every_package_the_project_installs(dockerfile):
+    """Every top-level package of pyproject.toml's list is copied (and stands in, empty, in the
+    dependency layer): a package left out installs an image whose server cannot start."""
+    import tomllib
+
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = [name.rstrip("*") for name in include]
+    assert {"lm", "lattices", "afp", "service"} <= set(packages)
+    text = dockerfile.read_text()
+    for package in packages:
+        assert f"COPY {package} {package}" in text, package
+        assert f"{package}/__init__.py" in text, package
+
+
 def test_entry_command_and_healthcheck_work_outside_docker():
     stage = final_stage(DOCKER / "Dockerfile.cpu")
     command = json.loads(instruction(stage, "ENTRYPOINT")) + json.loads(instruction(stage, "CMD"))

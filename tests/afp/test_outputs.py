@@ -1,4 +1,4 @@
-"""``afp rescore``'s outputs (service/outputs.py, service/wspec.py): each writer's text on tiny
+"""``afp rescore``'s outputs (afp/outputs.py, afp/wspec.py): each writer's text on tiny
 lattices, Kaldi archives (text, binary, pipes) read back, CTM times, per-word posteriors, errors."""
 
 from __future__ import annotations
