@@ -7,7 +7,10 @@ Commands:
   afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
-  afp tune   [--model DIR] --refs REFS [grid] INPUT...          choose weights on a dev set by WER
+  afp tune   [--model DIR] --refs REFS INPUT...     choose weights on a dev set by WER (joint search)
+  afp wer    --refs REFS HYP [HYP...]               WER, its breakdown and the significance of differences
+  afp rescore-cuts --cuts CUTS --out CUTS            rescore the lattices a lhotse CutSet names
+  afp serve  [--model DIR] [options]                the HTTP server
 
 Without ``--model`` the bundled default model is used (see :mod:`afp.defaults`).
 Errors in user input print one line ``afp: error: ...`` and exit with status 2; when standard
