@@ -653,6 +653,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default="auto",
                        help="auto (cuda when there is a GPU, else cpu), cpu, cuda or cuda:N (default: auto, as for "
                             "serve and train)")
+        p.add_argument("--threads", type=_positive, default=1, metavar="N",
+                       help="CPU threads of each model call (default 1: the calls are small, and more threads than "
+                            "free cores slow them down many times over; use --workers to rescore lattices in "
+                            "parallel)")
 
     p = sub.add_parser("info", help="describe a model (and the device and score precision it would run with)")
     with_model(p)
@@ -799,6 +803,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
+        if getattr(args, "threads", None):
+            import torch
+
+            torch.set_num_threads(args.threads)
         args.func(args)
         sys.stdout.flush()  # a reader that went away (afp ... | head) is noticed here, not at exit
     except BrokenPipeError:
