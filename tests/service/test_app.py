@@ -298,7 +298,8 @@ def test_batching_scorer_merges_and_splits_exactly(model_dir):
             t.join()
         for job, out in zip(jobs, outputs):
             assert torch.allclose(out, inner.score(*job), atol=1e-6)
-        assert len(calls) == 2 and calls[0][0] + calls[1][0] == 6  # the held call, then all the rest at once
+        # the held first call (whatever it had collected), then all the rest at once: at most two calls
+        assert len(calls) <= 2 and sum(r for r, _ in calls) == 6 and max(r for r, _ in calls) >= 3
         assert sum(p for _, p in calls) == sum(len(j[2]) for j in jobs)
     finally:
         batcher.close()
