@@ -133,9 +133,9 @@ class Model:
         """
         settings = rescore_options(**{"unk_penalty": self.loaded.default_unk_penalty, **options})
         if weights is not None:
-            from afp.weights import FIELDS, TunedWeights
+            from afp.weights import SETS, TunedWeights
 
-            clash = sorted(set(options) & {*FIELDS, "score_weights", "decode"})
+            clash = sorted(set(options) & set(SETS))
             if clash:
                 raise TypeError(f"weights= sets the weights: give it or {', '.join(clash)}, not both")
             settings = TunedWeights.read(weights).apply(settings)

@@ -27,6 +27,8 @@ from lattices.rescore import RescoreOptions
 
 FORMAT = "afp-weights/1"
 FIELDS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
+#: every option a weights file sets (as the CLI flags and the HTTP fields are named)
+SETS = (*FIELDS, "score_weights", "decode")
 
 
 class WeightsFileError(ValueError):
@@ -63,7 +65,7 @@ class TunedWeights:
             raise WeightsFileError(f"{source}: expected a JSON object, got {type(data).__name__}")
         if data.get("format", FORMAT) != FORMAT:
             raise WeightsFileError(f"{source}: field format: expected {FORMAT!r}, got {data.get('format')!r}")
-        unknown = sorted(set(data) - {"format", *FIELDS, "score_weights", "decode", "tuned"})
+        unknown = sorted(set(data) - {"format", *SETS, "tuned"})
         if unknown:
             raise WeightsFileError(f"{source}: unknown field(s) {', '.join(unknown)}")
         values: dict[str, Any] = {}

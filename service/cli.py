@@ -195,7 +195,9 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     scorer = _scorer(loaded, args)
     old_lm = _old_lm(args.old_lm)
     failed = seen = 0
-    untuned = not args.weights and all(getattr(args, name, None) is None for name in _WEIGHT_FLAGS)
+    from afp.weights import SETS
+
+    untuned = not args.weights and all(getattr(args, name, None) is None for name in SETS)
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     with outputs:
         for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
@@ -464,10 +466,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
                 timeout_graceful_shutdown=int(settings.request_timeout_s), access_log=args.access_log)
 
 
-#: the options a weights file (--weights) sets
-_WEIGHT_FLAGS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "score_weights", "decode")
-
-
 def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk_default: float = 0.0):
     """The engine's options of a command; ``unk_default``: the model's own unknown-word penalty
     (:attr:`lm.checkpoint.LoadedModel.default_unk_penalty`) where ``--unk-penalty`` is not given."""
@@ -486,9 +484,9 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk
         unk_penalty=given("unk_penalty", unk_default), decode=given("decode", "viterbi"),
         mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale)
     if getattr(args, "weights", None):
-        from afp.weights import TunedWeights
+        from afp.weights import SETS, TunedWeights
 
-        clash = [f"--{name.replace('_', '-')}" for name in _WEIGHT_FLAGS if getattr(args, name, None) is not None]
+        clash = [f"--{name.replace('_', '-')}" for name in SETS if getattr(args, name, None) is not None]
         if clash:
             raise CLIError(f"--weights {args.weights} sets the weights: give it or {', '.join(clash)}, not both")
         options = TunedWeights.read(args.weights).apply(options)

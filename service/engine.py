@@ -30,7 +30,7 @@ from lm.corpus import strip_boundaries
 from lm.scorer import text_score
 from afp.batching import BatchingScorer
 from afp.symbols import SymbolTableError, words_table
-from afp.weights import TunedWeights, WeightsFileError
+from afp.weights import SETS, TunedWeights, WeightsFileError
 from service.errors import APIError
 from service.metrics import Metrics
 from service.schemas import RescoreRequest
@@ -197,8 +197,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     lattices = parse_lattices(request, settings, deadline)
     out, warnings = [], []
     untuned = (runtime.weights is None and request.weights is None
-               and not request.model_fields_set & {"lm_weight", "old_lm_weight", "word_penalty", "unk_penalty",
-                                                   "score_weights"})
+               and not request.model_fields_set & set(SETS))
     for lattice in lattices:
         check_deadline(deadline)
         for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device,
