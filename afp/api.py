@@ -66,6 +66,7 @@ def rescore_options(**options: Any) -> RescoreOptions:
     ``auto_prune``, ``old_lm_score`` (and ``RescoreOptions``' own field names)."""
     renamed = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "prune_if_too_large": "auto_prune"}
     fields_ = {"lm_weights": DEFAULT_LM_WEIGHT, "old_lm_weight": DEFAULT_OLD_LM_WEIGHT,
+               "relative_lm_weight": options.get("lm_weight", options.get("lm_weights")) is None,
                **{renamed.get(name, name): value for name, value in options.items()}}
     weights = fields_.get("lm_weights")
     if weights is not None:

@@ -101,6 +101,7 @@ class TunedWeights:
         """``options`` with these weights (one LM weight; the other options, such as ``nbest``,
         kept)."""
         return dataclasses.replace(options, lm_weights=(self.lm_weight,), old_lm_weight=self.old_lm_weight,
+                                   relative_lm_weight=False,
                                    word_penalty=self.word_penalty, unk_penalty=self.unk_penalty,
                                    score_weights=tuple(self.score_weights.items()), decode=self.decode)
 

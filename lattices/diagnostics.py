@@ -59,4 +59,4 @@ def untuned_weights_warning(stats: dict[str, Any], old_lm_weight: float, lm_weig
             else f"no first-pass LM (old-LM weight {old_lm_weight:g})")
     return (f"the weights are untuned ({kept}, the new LM at {lm_weight:g}): tune them on a dev set "
             f"(afp tune --refs REFS --save weights.json DEV) and pass --weights weights.json (HTTP: AFP_WEIGHTS or a "
-            f"request's 'weights'); without a dev set, --lm-weight 0 --old-lm-weight 1 gives the first pass's own answer")
+            f"request's 'weights'); without a dev set, --lm-weight 0 keeps the first pass's own combination")

@@ -39,9 +39,14 @@ from lattices.search import Dag, segment_logsumexp
 
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 #: the front ends' untuned weights (afp rescore, POST /v1/rescore, afp.Model.rescore): the first
-#: pass's combination kept whole (its LM at 1) and the new LM added at half that weight
-DEFAULT_OLD_LM_WEIGHT = 1.0
-DEFAULT_LM_WEIGHT = 0.5
+#: pass's combination kept whole, as the recogniser weighed it (an n-best list's weights recovered
+#: from its totals, :func:`lattices.formats.nbest.first_pass_weights`; else the old LM at 1), and
+#: the new LM added at a quarter of the old LM's weight (``relative_lm_weight``). Measured on the
+#: ESPnet LibriSpeech lists (models/librispeech, bench/results/untuned_defaults.json): the
+#: recogniser's combination plus the new LM at 0.5 of its own scale raised WER, at a quarter it
+#: stays within noise of the first pass; only tuning (afp tune) says what helps.
+DEFAULT_OLD_LM_WEIGHT: float | None = None
+DEFAULT_LM_WEIGHT = 0.25
 #: the request field of each option (where they differ)
 _FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")
@@ -63,6 +68,11 @@ class RescoreOptions:
     ``score_weights``: ``w_k`` of named scores (``{"decoder": 0.6, "ctc": 0.4}``); an
     ``acoustic_scale`` sets ``w_acoustic`` unless ``score_weights`` names it.
     ``old_lm_score``: the named score that is the old LM (default ``lm``, else ``graph``).
+    ``old_lm_weight`` None: the recogniser's own weight of its LM where the input tells it
+    (``meta["first_pass_weights"]``, recovered from an n-best list's totals), else 1; named
+    scores that ``score_weights`` leaves out take the recogniser's weights too where known.
+    ``relative_lm_weight``: each of ``lm_weights`` is a share of the old LM's weight (the
+    untuned default, :data:`DEFAULT_LM_WEIGHT`) rather than a weight of its own.
     ``decode``: ``viterbi`` or ``mbr``; ``mbr_nbest`` distinct hypotheses form MBR's hypothesis and
     evidence space, with posteriors ``softmax(mbr_scale * total)``.
     ``max_kbest_paths``: the n-best search (:mod:`lattices.kbest`) expands at most
@@ -75,7 +85,7 @@ class RescoreOptions:
 
     lm_weights: tuple[float, ...] = (1.0,)
     acoustic_scale: float | None = None
-    old_lm_weight: float = 0.0
+    old_lm_weight: float | None = 0.0
     word_penalty: float | None = None
     nbest: int = 1
     max_expanded_arcs: int | None = 5_000_000
@@ -92,11 +102,12 @@ class RescoreOptions:
     decode: str = "viterbi"
     mbr_nbest: int = 100
     mbr_scale: float = 1.0
+    relative_lm_weight: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.score_weights, dict):
             object.__setattr__(self, "score_weights", tuple(self.score_weights.items()))
-        numbers = {"lm_weights": self.lm_weights, "old_lm_weight": (self.old_lm_weight,),
+        numbers = {"lm_weights": self.lm_weights, "old_lm_weight": (self.old_lm_weight or 0.0,),
                    "acoustic_scale": (self.acoustic_scale or 0.0,), "word_penalty": (self.word_penalty or 0.0,),
                    "unk_penalty": (self.unk_penalty,), "mbr_scale": (self.mbr_scale,),
                    "score_weights": tuple(w for _, w in self.score_weights)}
@@ -136,8 +147,11 @@ class RescoreOptions:
     def weights(self, lm_weight: float, scored: ScoredLattice) -> Weights:
         """The weight setting for one LM weight, header defaults filled in."""
         penalty = self.word_penalty if self.word_penalty is not None else scored.default_word_penalty
-        return Weights(lm_weight=lm_weight, old_lm_weight=self.old_lm_weight, word_penalty=penalty,
-                       unk_penalty=self.unk_penalty, score_weights=self.named_weights(scored.named))
+        named, old = scored.recogniser_weights()
+        old = self.old_lm_weight if self.old_lm_weight is not None else (1.0 if old is None else old)
+        return Weights(lm_weight=lm_weight * old if self.relative_lm_weight else lm_weight, old_lm_weight=old,
+                       word_penalty=penalty, unk_penalty=self.unk_penalty,
+                       score_weights={**named, **self.named_weights(scored.named)})
 
     def scales_for(self, lattice: Lattice) -> tuple[float, float]:
         """``(acoustic_scale, word_penalty)`` for ``lattice``, header defaults filled in."""
@@ -357,9 +371,9 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
         rescored = _rescored_lattice(scored, vector) if options.return_lattice else None
         timing = {**scored.timing, "search": time.perf_counter() - tick, "total": time.perf_counter() - started}
         results.append(RescoreResult(
-            key=lattice.key, lm_weight=lm_weight,
+            key=lattice.key, lm_weight=weights.lm_weight,
             acoustic_scale=weights.score_weights.get("acoustic", scored.default_acoustic_scale),
-            old_lm_weight=options.old_lm_weight, word_penalty=weights.word_penalty, best=best,
+            old_lm_weight=weights.old_lm_weight, word_penalty=weights.word_penalty, best=best,
             nbest=ranked[: options.nbest], stats=scored.stats, pruned=scored.pruned,
             arc_posteriors=posteriors.cpu() if posteriors is not None else None, lattice=rescored, seconds=timing,
             first_pass=first, decode=options.decode, score_weights=dict(zip(scored.named, vector.tolist())),

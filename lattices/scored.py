@@ -179,8 +179,20 @@ class ScoredLattice:
         check_totals(self.final_parts, vector, self.names, finals, where)
         return self._graph.with_scores(arcs, finals, deadline)
 
+    def recogniser_weights(self) -> tuple[dict[str, float], float | None]:
+        """The recogniser's own weights where the input tells them (``meta["first_pass_weights"]``,
+        recovered from an n-best list's totals): those of the named scores here, and that of
+        the old LM (None when unknown)."""
+        recovered = dict(self.lattice.meta.get("first_pass_weights") or {})
+        old = recovered.pop(self.stats.get("old_lm_score"), None)
+        return {k: v for k, v in recovered.items() if k in self.named}, old
+
     def first_pass_weights(self, weights: Weights) -> Weights:
-        """The first-pass setting: the same named weights and penalty, old LM in full, no new LM."""
+        """The first-pass setting: no new LM, and the recogniser's own combination where the input
+        tells it (penalty 0); else the same named weights and penalty with the old LM in full."""
+        named, old = self.recogniser_weights()
+        if old is not None and set(named) == set(self.named):
+            return Weights(lm_weight=0.0, old_lm_weight=old, word_penalty=0.0, score_weights=named)
         return Weights(lm_weight=0.0, old_lm_weight=1.0, word_penalty=weights.word_penalty,
                        score_weights=weights.score_weights)
 

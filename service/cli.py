@@ -206,7 +206,8 @@ def cmd_rescore(args: argparse.Namespace) -> None:
             if untuned and not isinstance(lattice_results, Failure):
                 from lattices.diagnostics import untuned_weights_warning
 
-                _warn(untuned_weights_warning(lattice_results[0].stats, options.old_lm_weight, options.lm_weights[0])
+                first = lattice_results[0]
+                _warn(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
                       + " (this warning is given once per job)")
                 untuned = False
             if not isinstance(lattice_results, Failure):
@@ -482,7 +483,7 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk
         posteriors=getattr(args, "posteriors", False), return_lattice=return_lattice, auto_prune=args.auto_prune,
         score_weights=_score_weights(args.score_weights), old_lm_score=args.old_lm_score,
         unk_penalty=given("unk_penalty", unk_default), decode=given("decode", "viterbi"),
-        mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale)
+        mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale, relative_lm_weight=given("lm_weight", None) is None)
     if getattr(args, "weights", None):
         from afp.weights import SETS, TunedWeights
 
@@ -550,12 +551,14 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
     _add_common_scoring_options(p)
     p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return (default 1)")
     p.add_argument("--lm-weight", type=float, action="append",
-                   help="weight of the new LM (repeat to evaluate several in one pass; untuned default 0.5)")
+                   help="weight of the new LM (repeat to evaluate several in one pass; untuned default: a quarter "
+                        "of the old LM's weight)")
     p.add_argument("--weights", metavar="JSON", help="the weights afp tune --save wrote (instead of --lm-weight, "
                                                     "--old-lm-weight, --word-penalty, --unk-penalty, --score-weights, "
                                                     "--decode)")
-    p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (untuned default 1: the "
-                                                       "first pass's combination is kept)")
+    p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (untuned default: the "
+                   "recogniser's own weight of its LM, recovered from an n-best list's totals, else 1; named scores "
+                   "--score-weights leaves out take the recogniser's weights too)")
     p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
     p.add_argument("--unk-penalty", type=float, help="log-probability added to each word the new LM scores as <unk> "
                    "(default: the model's own, -log of the distinct training words it maps to <unk>; afp info)")

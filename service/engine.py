@@ -155,7 +155,7 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
             prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
             auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
             old_lm_score=request.old_lm_score, decode=request.decode, mbr_nbest=request.mbr_nbest,
-            mbr_scale=request.mbr_scale,
+            mbr_scale=request.mbr_scale, relative_lm_weight="lm_weight" not in request.model_fields_set,
             unk_penalty=request.unk_penalty if "unk_penalty" in request.model_fields_set else unk_default)
         tuned = default_weights
         if request.weights is not None:
@@ -166,6 +166,7 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
         merged = tuned.apply(options)  # the request's own weight fields win
         return dataclasses.replace(
             merged, lm_weights=options.lm_weights if "lm_weight" in own else merged.lm_weights,
+            relative_lm_weight=False,
             old_lm_weight=options.old_lm_weight if "old_lm_weight" in own else merged.old_lm_weight,
             word_penalty=options.word_penalty if "word_penalty" in own else merged.word_penalty,
             unk_penalty=options.unk_penalty if "unk_penalty" in own else merged.unk_penalty,
@@ -206,7 +207,7 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
             if warning is not None:  # once per request, as afp rescore warns once per job
                 warnings.append(warning)
             if untuned:
-                warnings.append(untuned_weights_warning(result.stats, options.old_lm_weight, options.lm_weights[0]))
+                warnings.append(untuned_weights_warning(result.stats, result.old_lm_weight, result.lm_weight))
                 untuned = False
             row = result.to_json()
             if result.lattice is not None:

@@ -26,9 +26,11 @@ class RescoreOptionsModel(BaseModel):
 
     nbest: int = Field(default=1, ge=1, description="distinct word sequences to return")
     lm_weight: Weight | Annotated[list[Weight], Field(min_length=1, max_length=32)] = Field(
-        default=0.5, description="new-LM weight, or a list of 1 to 32 evaluated in one pass (untuned default 0.5)")
-    old_lm_weight: Weight = Field(default=1.0, description="0 replaces the old LM, 1 keeps it (the untuned default: "
-                                                           "the first pass's combination is kept)")
+        default=0.25, description="new-LM weight, or a list of 1 to 32 evaluated in one pass; unset: the untuned "
+                                  "default, a quarter of the old LM's weight")
+    old_lm_weight: Weight | None = Field(
+        default=None, description="0 replaces the old LM, 1 keeps it; unset: the recogniser's own weight of its LM "
+                                  "where the input tells it (an n-best list's totals), else 1")
     acoustic_scale: Weight | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
     word_penalty: Finite | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
     prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")

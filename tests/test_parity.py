@@ -16,7 +16,7 @@ import pytest
 
 from afp.tune import Tuner
 from lattices.formats import read_lattice_file
-from lattices.rescore import DEFAULT_OLD_LM_WEIGHT, RescoreOptions
+from lattices.rescore import RescoreOptions
 from lm.checkpoint import load_checkpoint
 from lm.ngram import NgramScorer, read_arpa
 from lm.scorer import LMScorer
@@ -119,7 +119,7 @@ def tune_answer(root: Path, name: str) -> Answer:
     tuner.add(read_lattice_file(root / path, fmt))
     out: Answer = {}
     for weight in LM_WEIGHTS:
-        point = {"lm_weight": weight, "old_lm_weight": fields.get("old_lm_weight", DEFAULT_OLD_LM_WEIGHT),
+        point = {"lm_weight": weight, "old_lm_weight": fields.get("old_lm_weight", 1.0),  # no totals: the old LM at 1
                  "word_penalty": fields.get("word_penalty", 0.0), "unk_penalty": fields.get("unk_penalty", 0.0)}
         for key, words, score in tuner.decisions(point, mbr=fields.get("decode") == "mbr"):
             out[(key, weight)] = (words, score)
@@ -196,3 +196,39 @@ def test_the_models_own_unknown_word_penalty_is_every_doors_default(tmp_path, ca
     assert afp.load_model(model).rescore(str(lattice))[0][0].unk_penalty == pytest.approx(expected)
     assert main(["rescore", "--model", str(model), "--unk-penalty", "-1", "--json", str(lattice)]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["unk_penalty"] == -1
+
+
+def test_untuned_defaults_are_the_same_at_every_door(tmp_path, capsys):
+    """Lists that carry the recogniser's totals (0.6 decoder + 0.4 ctc + 0.6 lm): with no weights
+    given, an ESPnet folder through ``afp rescore``, the same lists as nbest-json through the CLI,
+    ``POST /v1/rescore`` and ``afp.Model.rescore`` all keep that combination (old LM 0.6, the new
+    LM at a quarter of it) and choose the same words with the same scores."""
+    import afp
+    from lattices.formats.nbest import nbest_from_json, nbest_to_json, read_espnet_nbest
+    from tests.service.test_nbest_cli import write_espnet
+
+    model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+    weights = {"decoder": 0.6, "ctc": 0.4, "lm": 0.6}
+    lists = {n["key"]: [(h["words"], h["scores"]) for h in n["hypotheses"]] for n in NBEST}
+    folder = write_espnet(tmp_path / "decode", lists, weights)
+    as_json = [nbest_to_json(n) for n in read_espnet_nbest(folder)]
+    assert all("total" in h for n in as_json for h in n["hypotheses"])
+    assert nbest_from_json(as_json)[0].hypotheses[0].total is not None
+    (tmp_path / "lists.json").write_text(json.dumps(as_json))
+
+    def answers(rows: list[dict]) -> list[tuple]:
+        return [(r["key"], r["best"]["words"], round(r["best"]["score"], 4), r["old_lm_weight"],
+                 round(r["lm_weight"], 9), r["score_weights"]) for r in rows]
+
+    runs = []
+    for source, fmt in ((folder, "espnet-nbest"), (tmp_path / "lists.json", "nbest-json")):
+        assert main(["rescore", "--model", str(model), "--json", "--format", fmt, str(source)]) == 0
+        runs.append(answers([json.loads(line) for line in capsys.readouterr().out.splitlines()]))
+    with client_for(model) as client:
+        r = client.post("/v1/rescore", json={"format": "nbest-json", "lattice": as_json})
+        assert r.status_code == 200, r.text
+        runs.append(answers(r.json()["results"]))
+        assert any("the first pass's LM 'lm' at 0.6" in w for w in r.json()["warnings"])
+    runs.append(answers([res[0].to_json() for res in afp.load_model(model).rescore(str(folder))]))
+    assert runs[0][0][3:] == (0.6, 0.15, {"decoder": 0.6, "ctc": 0.4})
+    assert all(run == runs[0] for run in runs[1:]), runs

@@ -47,13 +47,22 @@ Readers (every malformed input raises :class:`LatticeFormatError` naming file or
      "hypotheses": [                              # required, a non-empty list, rank 1 first
         {"words": "A B C",                        # required: a string (split at white space)
                                                   #   or a list of non-empty strings; "" is empty
-         "scores": {"decoder": -1.2, "ctc": -0.5, "lm": -20.1}},   # optional, finite numbers,
-        {"words": ["A", "B", "D"], "scores": {...}}]}              #   the same names in each
+         "scores": {"decoder": -1.2, "ctc": -0.5, "lm": -20.1},    # optional, finite numbers,
+         "total": -12.78},                                         #   the same names in each
+        {"words": ["A", "B", "D"], "scores": {...}, "total": ...}]}   # optional: the recogniser's
+                                                  #   total (every hypothesis or none), see below
 
   Several lists: a JSON list of such objects, or ``{"nbest": [...]}``. No other names are
   allowed; errors carry the JSON path as ``field`` (``hypotheses[3].scores.ctc``, prefixed with
   ``[i].`` or ``nbest[i].`` for several lists). Without ``scores`` the lattice has no named
   scores, so its named scores are zero ``acoustic`` and ``graph``.
+
+The recogniser's own combination: where a list carries each hypothesis's total beside its named
+scores (ESPnet's ``score`` and ``scores`` files, JSON ``total``), :func:`first_pass_weights`
+solves ``total = sum_k w_k * score_k`` for the weights and the lattice keeps them in
+``meta["first_pass_weights"]``; rescoring with untuned weights uses them
+(:meth:`lattices.rescore.RescoreOptions.weights`), so the first pass is kept as the recogniser
+weighed it, not at weights nobody chose.
 """
 
 from __future__ import annotations
@@ -78,10 +87,13 @@ SENTENCE_START, SENTENCE_END = "<s>", "</s>"
 
 @dataclass(frozen=True)
 class NBestHypothesis:
-    """One hypothesis: its words and its named scores (natural log, higher is better)."""
+    """One hypothesis: its words, its named scores (natural log, higher is better) and, where the
+    recogniser wrote it, its total score (ESPnet's ``score`` beside ``scores``), from which
+    :func:`first_pass_weights` recovers the recogniser's combination."""
 
     words: tuple[str, ...]
     scores: dict[str, float]
+    total: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,31 @@ class NBestList:
 
     def to_lattice(self) -> Lattice:
         return nbest_to_lattice(self)
+
+
+#: recovered weights are rounded to this many decimals (a recogniser's configuration writes
+#: weights like 0.6 or 0.3; rounding makes every list of one decode give the same weights)
+WEIGHT_DECIMALS = 3
+
+
+def first_pass_weights(nbest: NBestList) -> dict[str, float] | None:
+    """The recogniser's own weights ``w`` with ``total = sum_k w_k * score_k`` for every hypothesis
+    of ``nbest`` (least squares, rounded to :data:`WEIGHT_DECIMALS` decimals), or None where the
+    list cannot tell them: no totals, fewer hypotheses than scores, collinear scores, a total that
+    is no such sum (residual above ``1e-3 * (1 + max|total|)``, e.g. a length bonus) or a negative
+    weight. ESPnet's LibriSpeech lists give ``{"decoder": 0.6, "ctc": 0.4, "lm": 0.6}``."""
+    hyps = nbest.hypotheses
+    names = list(hyps[0].scores) if hyps else []
+    if not names or len(hyps) < len(names) or any(h.total is None for h in hyps):
+        return None
+    a = torch.tensor([[h.scores[n] for n in names] for h in hyps], dtype=torch.float64)
+    b = torch.tensor([h.total for h in hyps], dtype=torch.float64)
+    if int(torch.linalg.matrix_rank(a)) < len(names):
+        return None
+    w = torch.linalg.lstsq(a, b.unsqueeze(1)).solution.squeeze(1)
+    if float((a @ w - b).abs().max()) > 1e-3 * (1.0 + float(b.abs().max())) or bool((w < -1e-6).any()):
+        return None
+    return {n: round(max(float(v), 0.0), WEIGHT_DECIMALS) for n, v in zip(names, w)}
 
 
 # ---------------------------------------------------------------------------------- to a lattice
@@ -125,7 +162,8 @@ def nbest_to_lattice(nbest: NBestList) -> Lattice:
     final weights (``final_scores``, ``final_acoustic``, ``final_graph``) are 0, as are
     ``acoustic`` and ``graph``. Duplicate word sequences stay separate paths.
     ``final_extra["hypothesis"]``: int64 ``(F,)``, the 0-based rank of the hypothesis ending at
-    each final state; ``meta["nbest"]``: the number of hypotheses. Symbols: ``("<eps>", words in
+    each final state; ``meta["nbest"]``: the number of hypotheses; ``meta["first_pass_weights"]``:
+    the recogniser's combination where the totals tell it (:func:`first_pass_weights`). Symbols: ``("<eps>", words in
     order of first appearance)``.
     """
     names = check_score_names(nbest)
@@ -172,6 +210,10 @@ def nbest_to_lattice(nbest: NBestList) -> Lattice:
         raise LatticeFormatError(f"hypothesis {rank + 1} has score {float(matrix[rank, column])}, scores must be "
                                  "finite", key=nbest.key, field=names[column])
     end_arcs = torch.tensor(ends, dtype=torch.int64)
+    meta: dict[str, Any] = {"nbest": f}
+    recovered = first_pass_weights(nbest)
+    if recovered is not None:
+        meta["first_pass_weights"] = recovered
     scores = {}
     for column, name in enumerate(names):
         values = torch.zeros(a, dtype=torch.float64)
@@ -183,7 +225,7 @@ def nbest_to_lattice(nbest: NBestList) -> Lattice:
         src=torch.tensor(src, dtype=torch.int64), dst=torch.tensor(dst, dtype=torch.int64),
         words=torch.tensor(words, dtype=torch.int64), acoustic=zeros_a, graph=zeros_a,
         finals=torch.tensor(finals, dtype=torch.int64), final_acoustic=zeros_f, final_graph=zeros_f,
-        symbols=tuple(symbols), meta={"nbest": f},
+        symbols=tuple(symbols), meta=meta,
         final_extra={"hypothesis": torch.arange(f, dtype=torch.int64)},
         scores=scores, final_scores={name: zeros_f for name in names})
 
@@ -423,6 +465,8 @@ def read_espnet_nbest(directory: str | Path) -> list[NBestList]:
         folder = directory / f"{k}best_recog"
         text_path, score_path = folder / "text", folder / ("scores" if named else "score")
         texts, values = _read_table(text_path), _read_table(score_path)
+        total_path = folder / "score"
+        totals = _read_table(total_path) if named and total_path.is_file() else {}
         text_source, score_source = str(text_path), str(score_path)
         for uttid, (number, _) in values.items():
             if uttid not in texts:
@@ -443,16 +487,21 @@ def read_espnet_nbest(directory: str | Path) -> list[NBestList]:
                 return LatticeFormatError(message, source=score_source, line=line, key=uttid)
 
             scores = _espnet_scores(score_text, fail) if named else {"score": _espnet_number(score_text, fail, "score")}
+            total = None
+            if uttid in totals:
+                total_line, total_text = totals[uttid]
+                total = _espnet_number(total_text, lambda m: LatticeFormatError(
+                    m, source=str(total_path), line=total_line, key=uttid), "score")
             if k > 1 and scores.keys() != lists[uttid][0].scores.keys():
                 raise fail(f"has score names {sorted(scores)}, but the 1best hypothesis has "
                            f"{sorted(lists[uttid][0].scores)}")
-            lists[uttid].append(NBestHypothesis(tuple(rest.split()), scores))
+            lists[uttid].append(NBestHypothesis(tuple(rest.split()), scores, total))
     return [NBestList(uttid, tuple(lists[uttid])) for uttid in order]
 
 
 # ---------------------------------------------------------------------------------- JSON
 _LIST_NAMES = ("key", "hypotheses")
-_HYP_NAMES = ("words", "scores")
+_HYP_NAMES = ("words", "scores", "total")
 
 
 def _path_name(name: str) -> str:
@@ -530,24 +579,33 @@ def _list_from_json(obj: Any, source: str | None, prefix: str) -> NBestList:
             where = f"{path}.scores{_path_name(name)}"
             if not name:
                 raise fail("score names must be non-empty", where)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise fail(f"must be a number, got {describe(value)}", where)
-            try:
-                number = float(value)
-            except OverflowError:
-                raise fail("is too large for a float", where) from None
-            if not math.isfinite(number):
-                raise fail(f"must be finite, got {number}", where)
-            scores[name] = number
+            scores[name] = _json_number(value, fail, where)
         if i and scores.keys() != hypotheses[0].scores.keys():
             raise fail(f"has score names {sorted(scores)}, but hypotheses[0] has {sorted(hypotheses[0].scores)}",
                        f"{path}.scores")
-        hypotheses.append(NBestHypothesis(tuple(words), scores))
+        total = None if item.get("total") is None else _json_number(item["total"], fail, f"{path}.total")
+        if i and (total is None) != (hypotheses[0].total is None):
+            raise fail("every hypothesis gives a total, or none does", f"{path}.total")
+        hypotheses.append(NBestHypothesis(tuple(words), scores, total))
     return NBestList(obj["key"], tuple(hypotheses))
+
+
+def _json_number(value: Any, fail: Any, where: str) -> float:
+    """A finite float from a JSON number (not a bool), or ``fail(message, where)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail(f"must be a number, got {describe(value)}", where)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise fail("is too large for a float", where) from None
+    if not math.isfinite(number):
+        raise fail(f"must be finite, got {number}", where)
+    return number
 
 
 def nbest_to_json(nbest: NBestList) -> dict[str, Any]:
     """The JSON form of one n-best list (words as one space-separated string)."""
     return {"key": nbest.key, "hypotheses": [
-        {"words": " ".join(hyp.words), "scores": {name: float(value) + 0.0 for name, value in hyp.scores.items()}}
+        {"words": " ".join(hyp.words), "scores": {name: float(value) + 0.0 for name, value in hyp.scores.items()},
+         **({} if hyp.total is None else {"total": float(hyp.total) + 0.0})}
         for hyp in nbest.hypotheses]}

@@ -17,6 +17,7 @@ from lattices.formats.nbest import (
     BYTELOG_TO_LN,
     NBestHypothesis,
     NBestList,
+    first_pass_weights,
     is_espnet_nbest_dir,
     nbest_from_json,
     nbest_to_json,
@@ -251,9 +252,12 @@ def test_espnet_small_folder(tmp_path: Path) -> None:
     lists = read_espnet_nbest(root)
     assert [n.key for n in lists] == ["u1", "u2", "u3"]
     assert [len(n.hypotheses) for n in lists] == [2, 1, 2]  # u2 is missing from 2best_recog
-    assert lists[0].hypotheses[1] == NBestHypothesis(("A", "B", "D"), {"decoder": -0.75, "ctc": -0.125})
+    assert lists[0].hypotheses[1] == NBestHypothesis(("A", "B", "D"), {"decoder": -0.75, "ctc": -0.125}, -1.75)
     assert lists[1].hypotheses[0].scores == {"decoder": -1.0, "ctc": -2.5}
-    assert lists[2].hypotheses[0] == NBestHypothesis((), {"decoder": -3.0, "ctc": -4.0})  # empty, repr form
+    assert lists[2].hypotheses[0] == NBestHypothesis((), {"decoder": -3.0, "ctc": -4.0}, -7.0)  # empty, repr form
+    # the totals tell u1's combination (2 decoder + 2 ctc); u2 has one hypothesis for two weights;
+    # u3's totals would need a negative weight
+    assert [first_pass_weights(n) for n in lists] == [{"decoder": 2.0, "ctc": 2.0}, None, None]
     lattices = read_lattice_file(root)  # a folder: auto-detected as espnet-nbest
     assert [lattice.key for lattice in lattices] == ["u1", "u2", "u3"]
     assert sorted(w for w, _, _ in paths(lattices[0])) == [("A", "B", "C"), ("A", "B", "D")]

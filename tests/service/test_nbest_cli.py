@@ -19,15 +19,18 @@ def model_dir(tmp_path):
     return saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
 
 
-def write_espnet(directory: Path, lists: dict[str, list[tuple[str, dict[str, float]]]]) -> Path:
-    """An ESPnet decode directory: kbest_recog/{text,score,scores}."""
+def write_espnet(directory: Path, lists: dict[str, list[tuple[str, dict[str, float]]]],
+                 weights: dict[str, float] | None = None) -> Path:
+    """An ESPnet decode directory: kbest_recog/{text,score,scores}, the total being the scores'
+    sum under ``weights`` (default 1 each)."""
+    weights = weights or {}
     depth = max(len(h) for h in lists.values())
     for k in range(1, depth + 1):
         folder = directory / f"{k}best_recog"
         folder.mkdir(parents=True)
         rows = [(key, hyps[k - 1]) for key, hyps in lists.items() if len(hyps) >= k]
         (folder / "text").write_text("".join(f"{key} {words}\n" for key, (words, _) in rows))
-        (folder / "score").write_text("".join(f"{key} tensor({sum(s.values()):.4f})\n" for key, (_, s) in rows))
+        (folder / "score").write_text("".join(f"{key} tensor({sum(weights.get(n, 1.0) * v for n, v in s.items()):.4f})\n" for key, (_, s) in rows))
         (folder / "scores").write_text("".join(
             f"{key} {json.dumps({n: f'tensor({v:.4f})' for n, v in s.items()})}\n" for key, (_, s) in rows))
     return directory
@@ -135,9 +138,56 @@ def test_real_espnet_lists_are_exact(capsys, tmp_path, model_dir):
 def test_untuned_weights_keep_the_first_pass_and_warn_once(capsys, tmp_path, model_dir):
     directory = write_espnet(tmp_path / "decode", random_lists(4))
     rows, captured = run(capsys, ["rescore", "--model", str(model_dir), "--json", str(directory)])
-    assert captured.err.count("the weights are untuned (the first pass's LM 'lm' at 1, the new LM at 0.5)") == 1
-    assert {(r["old_lm_weight"], r["lm_weight"]) for r in rows} == {(1.0, 0.5)}
+    assert captured.err.count("the weights are untuned (the first pass's LM 'lm' at 1, the new LM at 0.25)") == 1
+    assert {(r["old_lm_weight"], r["lm_weight"]) for r in rows} == {(1.0, 0.25)}
     assert "afp tune --refs REFS --save weights.json DEV" in captured.err
     for chosen in (["--old-lm-weight", "1"], ["--lm-weight", "0.3", "--old-lm-weight", "0.5"]):
         _, captured = run(capsys, ["rescore", "--model", str(model_dir), *chosen, str(directory)])
         assert "untuned" not in captured.err  # weights someone chose
+
+
+def test_untuned_weights_are_the_recognisers_own_combination(capsys, tmp_path, model_dir):
+    """An ESPnet list's totals (0.6 decoder + 0.4 ctc + 0.6 lm) give the untuned weights: the old LM
+    at 0.6 (not 1, which outweighs the recogniser's LM and raised dev WER 1.70 -> 2.10 on the
+    LibriSpeech lists) and the new LM at a quarter of that; with the new LM at 0 every list's
+    answer is the recogniser's own 1-best."""
+    weights = {"decoder": 0.6, "ctc": 0.4, "lm": 0.6}
+
+    def total(hyp: tuple[str, dict[str, float]]) -> float:
+        return sum(weights[n] * v for n, v in hyp[1].items())
+
+    lists = {key: sorted(hyps, key=total, reverse=True)  # the recogniser's order, 4 totals for 3 weights
+             for key, hyps in random_lists(30, seed=3).items() if len(hyps) >= 4}
+    assert len(lists) >= 8
+    directory = write_espnet(tmp_path / "decode", lists, weights)
+    rows, captured = run(capsys, ["rescore", "--model", str(model_dir), "--json", str(directory)])
+    assert "the first pass's LM 'lm' at 0.6, the new LM at 0.15" in captured.err
+    assert {(r["old_lm_weight"], round(r["lm_weight"], 9)) for r in rows} == {(0.6, 0.15)}
+    assert all(r["score_weights"] == {"decoder": 0.6, "ctc": 0.4} for r in rows)
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--lm-weight", "0", str(directory)])
+    assert [r["best"]["rank"] for r in rows] == [1] * len(lists)
+    assert all(not r["changed"] for r in rows)
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--lm-weight", "0",
+                           "--old-lm-weight", "1", str(directory)])
+    assert any(r["changed"] for r in rows)  # the old default's weight was not the recogniser's
+
+
+@pytest.mark.skipif(not ESPNET.is_dir(), reason="../shared/data LibriSpeech n-best lists absent")
+def test_real_espnet_lists_give_their_recogniser_weights_and_first_pass(capsys, tmp_path, model_dir):
+    from lattices.formats.nbest import first_pass_weights, read_espnet_nbest
+
+    lists = read_espnet_nbest(ESPNET)
+    assert len(lists) == 2703
+    assert {json.dumps(first_pass_weights(n)) for n in lists} == {
+        json.dumps({"decoder": 0.6, "ctc": 0.4, "lm": 0.6})}
+    subset = tmp_path / "subset"
+    for k in range(1, 31):
+        folder = subset / f"{k}best_recog"
+        folder.mkdir(parents=True)
+        for name in ("text", "score", "scores"):
+            lines = (ESPNET / f"{k}best_recog" / name).read_text().splitlines()[:40]
+            (folder / name).write_text("\n".join(lines) + "\n")
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--lm-weight", "0", str(subset)])
+    assert len(rows) == 40 and all(not r["changed"] for r in rows)
+    assert [r["best"]["words"] for r in rows] == [
+        line.split()[1:] for line in (ESPNET / "1best_recog" / "text").read_text().splitlines()[:40]]

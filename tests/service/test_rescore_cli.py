@@ -232,7 +232,7 @@ def test_a_lattice_that_cannot_be_written_is_left_out_and_the_job_goes_on(capsys
     assert "lattice 'utt2': field words: word 'dog' has no id in the symbol table" in captured.err
     assert "1 of 2 lattice(s) could not be rescored or written" in captured.err
     assert [lat.key for lat in read_lattice_file(out, "kaldi", tuple(words.read_text().split()[::2]))] == ["utt1"]
-    assert (text / "0.5" / "text").read_text() == "utt1 the cat sat\n"
+    assert (text / "0.25" / "text").read_text() == "utt1 the cat sat\n"
 
 
 def test_an_input_with_no_lattice_warns(capsys, tmp_path, model_dir):

@@ -1,0 +1,77 @@
+"""What a user who tunes nothing gets: ``afp rescore`` with its untuned defaults on the ESPnet
+LibriSpeech 30-best lists, through the command line, against the recogniser's own 1-best.
+
+  python -m bench.untuned_defaults            # both dev sets, every utterance (about 2 x 30 s)
+
+Systems, each an ``afp rescore --json`` run of ``models/librispeech`` (one thread), scored by
+``afp wer --json`` against the first pass (``1best_recog/text``) with the matched-pairs p-value:
+
+  * ``untuned``: no weight given. The recogniser's combination comes from the lists' totals
+    (0.6 decoder + 0.4 ctc + 0.6 lm) and the new LM enters at a quarter of its LM's weight;
+  * ``untuned, the issue's flags``: ``--score-weights decoder=0.6,ctc=0.4`` (what the issue's user
+    gave), the rest untuned: the same weights;
+  * ``new LM 0``: ``--lm-weight 0``: must be the first pass exactly;
+  * ``old default``: the untuned default before this change, the old LM at 1 and the new LM at 0.5
+    (``--old-lm-weight 1 --lm-weight 0.5 --score-weights decoder=0.6,ctc=0.4``);
+  * ``share 0.5``: the recogniser's combination and the new LM at half its LM's weight (0.3).
+
+Writes ``bench/results/untuned_defaults.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+
+NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
+SYSTEMS = {
+    "untuned": [],
+    "untuned, the issue's flags": ["--score-weights", "decoder=0.6,ctc=0.4"],
+    "new LM 0": ["--lm-weight", "0"],
+    "old default": ["--old-lm-weight", "1", "--lm-weight", "0.5", "--score-weights", "decoder=0.6,ctc=0.4"],
+    "share 0.5": ["--lm-weight", "0.3"],
+}
+
+
+def afp(*argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"afp {' '.join(argv)} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def main() -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("dev_clean", "dev_other"):
+            outputs = []
+            for system, flags in SYSTEMS.items():
+                out = Path(tmp) / f"{name}-{len(outputs)}.jsonl"
+                out.write_text(afp("rescore", "--model", "models/librispeech", "--threads", "1", "--json",
+                                   *flags, str(NBEST / name)))
+                first = json.loads(out.read_text().splitlines()[0])
+                outputs.append((system, flags, out, {k: first[k] for k in ("lm_weight", "old_lm_weight",
+                                                                           "score_weights")}))
+            report = json.loads(afp("wer", "--json", "--refs", str(NBEST / name / "ref_wer.trn"),
+                                    str(NBEST / name / "1best_recog" / "text"), *(str(o[2]) for o in outputs)))
+            first_pass = report["systems"][0]
+            for (system, flags, _, weights), row in zip(outputs, report["systems"][1:]):
+                against = row["against_first"]
+                rows.append({"set": name, "system": system, "flags": flags, "weights": weights,
+                             "wer": row["wer"], "first_pass_wer": first_pass["wer"],
+                             "difference": against["difference"], "p": against["mapsswe"]["p"]})
+                print(f"{name} {system:>27}: WER {row['wer']:.2f}% (first pass {first_pass['wer']:.2f}%, "
+                      f"p={against['mapsswe']['p']:.3g})  weights {weights}", flush=True)
+    write_json(RESULTS / "untuned_defaults.json", {
+        "command": "python -m bench.untuned_defaults", "environment": environment(),
+        "model": "models/librispeech", "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
