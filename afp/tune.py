@@ -440,7 +440,9 @@ def _point_options(tuner: Tuner, point: dict[str, float]) -> RescoreOptions:
                                score_weights=tuple(named.items()), decode="viterbi", nbest=1)
 
 
-def _problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
+def mert_problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
+    """The line-search problem (:class:`afp.mert.Problem`) of ``utterances`` of ``tuner``: table
+    utterances by their error counts, the others rescored at each point."""
     from afp import mert
 
     names = tuner.names or ()
@@ -490,7 +492,7 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
     started = time.perf_counter()
     start, agreement = first_pass_point(tuner, seed=seed)
     bar = tqdm(desc="tuning (line searches)", unit="search", disable=not progress)
-    problem = _problem(tuner, tuner.utterances)
+    problem = mert_problem(tuner, tuner.utterances)
     found = mert.search(problem, start, coords, restarts=restarts, seed=seed, on_step=lambda: bar.update())
     first = [u.first_pass.errors for u in tuner.utterances]
     ref_words = [u.first_pass.ref_words for u in tuner.utterances]
@@ -540,7 +542,7 @@ def _cross_validated(tuner: Tuner, start: dict[str, float], coords: Sequence[str
         held = [i for i in range(len(tuner.utterances)) if i % folds == fold]
         if not train or not held:
             continue
-        found = mert.search(_problem(tuner, train), start, coords, restarts=restarts, seed=seed,
+        found = mert.search(mert_problem(tuner, train), start, coords, restarts=restarts, seed=seed,
                             on_step=lambda: bar.update())
         at_point = utterance_errors(_Subset(tuner, [tuner.utterances[i] for i in held]), found.point)
         for i, e in zip(held, at_point):

@@ -97,13 +97,19 @@ class TunedWeights:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
 
-    def apply(self, options: RescoreOptions) -> RescoreOptions:
+    def apply(self, options: RescoreOptions, keep: frozenset[str] | set[str] = frozenset()) -> RescoreOptions:
         """``options`` with these weights (one LM weight; the other options, such as ``nbest``,
-        kept)."""
-        return dataclasses.replace(options, lm_weights=(self.lm_weight,), old_lm_weight=self.old_lm_weight,
-                                   relative_lm_weight=False,
-                                   word_penalty=self.word_penalty, unk_penalty=self.unk_penalty,
-                                   score_weights=tuple(self.score_weights.items()), decode=self.decode)
+        kept), except the options named in ``keep`` (names of :data:`SETS`: what a request sets
+        itself wins over the file)."""
+        unknown = set(keep) - set(SETS)
+        if unknown:
+            raise ValueError(f"keep: not options of a weights file: {sorted(unknown)}")
+        values = {"lm_weights": (self.lm_weight,), "old_lm_weight": self.old_lm_weight,
+                  "word_penalty": self.word_penalty, "unk_penalty": self.unk_penalty,
+                  "score_weights": tuple(self.score_weights.items()), "decode": self.decode}
+        kept = {"lm_weights" if name == "lm_weight" else name for name in keep}
+        return dataclasses.replace(options, relative_lm_weight=False,  # a kept LM weight was given: absolute too
+                                   **{k: v for k, v in values.items() if k not in kept})
 
 
 def _number(value: Any, where: str) -> float:

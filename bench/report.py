@@ -187,7 +187,7 @@ def _point(point: dict[str, float] | None) -> str:
     if not point:
         return "-"
     keys = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "mbr_scale")
-    return ", ".join(f"{point[k]:g}" for k in keys if k in point)
+    return ", ".join(f"{point[k]:.3g}" for k in keys if k in point)
 
 
 def wer(results: Path) -> list[str]:
@@ -202,11 +202,18 @@ def wer(results: Path) -> list[str]:
               "set and applied to the other. Plot `wer_librispeech.png`.", ""]
     rows = [["first pass", *(data["sets"][s]["first_pass_wer"] for s in sets), "the recogniser's (0, 0.6, 0, 0)"],
             ["oracle (30-best)", *(data["sets"][s]["oracle_wer"] for s in sets), "-"]]
+    def p_values(t: dict[str, Any]) -> str:
+        first = t.get("against_first_pass", {}).get("mapsswe", {}).get("p")
+        reweighted = t.get("against_reweighted", {}).get("mapsswe", {}).get("p")
+        return " / ".join(f"{p:.2g}" if p is not None else "-" for p in (first, reweighted))
+
     for label, system in data["systems"].items():
         tuned = [next(v for k, v in system["results"].items() if k.startswith(s) and "tuned on" in k) for s in sets]
-        rows.append([label, *(t["wer"] for t in tuned), " / ".join(_point(t.get("point")) for t in tuned)])
+        rows.append([label, *(t["wer"] for t in tuned), *(p_values(t) for t in tuned),
+                     " / ".join(_point(t.get("point")) for t in tuned)])
     lines += _table(["system (WER %, tuned on the other set)", *sets,
-                     "weights applied (new LM, old LM, word penalty, unk penalty[, MBR scale])"], rows)
+                     *(f"p {s} (vs first pass / vs re-weighting)" for s in sets),
+                     "weights applied (new LM, old LM, word penalty, unk penalty)"], rows)
     speed_rows = []
     for s in sets:
         sp = data["speed"][s]

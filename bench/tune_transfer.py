@@ -56,7 +56,7 @@ def scored_set(name: str, limit: int | None) -> Any:
 def systems(tuner: Any, folds: int) -> dict[str, dict[str, Any]]:
     """Each system's point tuned on ``tuner``'s set, with its in-set and cross-validated WERs."""
     from afp import mert
-    from afp.tune import Grid, first_pass_point, joint_tune, tune
+    from afp.tune import Grid, first_pass_point, joint_tune, mert_problem, tune
 
     out: dict[str, dict[str, Any]] = {}
     for name, scores in (("joint", ()), ("joint+scores", ("decoder", "ctc"))):
@@ -67,7 +67,7 @@ def systems(tuner: Any, folds: int) -> dict[str, dict[str, Any]]:
                      "start": report["start"], "at_edge": report["at_edge"], "seconds": report["seconds"],
                      "line_searches": report["line_searches"]}
     start, _ = first_pass_point(tuner)
-    problem = __import__("afp.tune", fromlist=["_problem"])._problem(tuner, tuner.utterances)
+    problem = mert_problem(tuner, tuner.utterances)
     found = mert.search(problem, start, ["old_lm_weight", "word_penalty", "unk_penalty"], restarts=3)
     out["reweight only"] = {"point": found.point, "tuned_wer": 100.0 * found.errors / tuner.first_pass().ref_words}
     grid = tune(tuner, Grid())  # the old default: lm 0..1, old LM 0

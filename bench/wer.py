@@ -9,20 +9,23 @@ into ``bench/results/bundled/librispeech/gru-h256-exact`` (weights gitignored) b
 ``--train-baseline`` or ``python -m bench.train_bundled librispeech --only gru-h256-exact --no-install``.
 
 For each dev set: the first pass's WER, the oracle of the lists, and after rescoring, every system
-tuned on one dev set and applied to the other (both directions):
+tuned on one dev set and applied to the other (both directions), by ``afp tune``'s joint search
+(MERT coordinate descent with exact line searches from the first pass's own point, 3 restarts),
+each with the matched-pairs significance against the first pass and against re-weighting only:
 
   (a) ``afp``: the AFP model exactly (lattice engine), replacing the first-pass LM
-      (``old_lm_weight`` 0), Viterbi and MBR;
+      (``old_lm_weight`` 0);
   (b) ``rnn``: a full-recurrence model of the same size scoring each hypothesis in full (icefall's
       n-best method), replacing the first-pass LM, tuned the same way;
   (c) ``afp+lm`` / ``rnn+lm``: the same models added to the first-pass LM (``old_lm_weight > 0``);
   (d) ``lm reweighted``: no new LM at all (``lm_weight`` 0), the first-pass LM weight, word and
-      unknown-word penalties tuned on the same grid: what re-weighting alone gives, so that (c)'s
+      unknown-word penalties tuned the same way: what re-weighting alone gives, so that (c)'s
       gain can be told apart from the new model's.
 
 The recogniser's own combination is ``0.6 decoder + 0.4 ctc + 0.6 lm`` (SOURCES.md); the named
-weights stay ``decoder=0.6, ctc=0.4`` and the grid tunes the LM weights, the word penalty and
-the unknown-word penalty. Speed: hypotheses and tokens per second of the AFP engine (per
+weights stay ``decoder=0.6, ctc=0.4`` and the search tunes the LM weights, the word penalty and
+the unknown-word penalty (MBR decoding is tuned by ``afp tune --mbr``'s grid, not here).
+Speed: hypotheses and tokens per second of the AFP engine (per
 utterance, and with many utterances' (context, word) pairs merged into one model call) against
 the full-recurrence model scoring every hypothesis, in one run, and how many distinct contexts
 AFP scored against the number of tokens.
@@ -44,11 +47,6 @@ from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, pyplot, s
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
 SETS = ("dev_clean", "dev_other")
 SCORE_WEIGHTS = (("decoder", 0.6), ("ctc", 0.4))
-LM_WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
-OLD_LM_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-WORD_PENALTIES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
-UNK_PENALTIES = (0.0, -2.0, -5.0, -10.0)
-MBR_SCALES = (0.5, 1.0, 2.0)
 #: the full-recurrence baseline (b), as ``bench.train_bundled librispeech`` trains it
 BASELINE = RESULTS / "bundled" / "librispeech" / "gru-h256-exact"
 
@@ -80,44 +78,51 @@ def table_parts(nbest: Any, names: tuple[str, ...], logprobs: list[float], vocab
     return torch.tensor(rows, dtype=torch.float64)
 
 
-def grid_points(lm_weights: tuple[float, ...], old_weights: tuple[float, ...]) -> list[dict[str, float]]:
-    from afp.tune import Grid
+#: each system's weights: fixed ones, and those the search tunes (afp tune's joint MERT search,
+#: from the first pass's own point with the fixed ones set)
+SYSTEMS = {
+    "lm reweighted": ({"lm_weight": 0.0}, ["old_lm_weight", "word_penalty", "unk_penalty"]),
+    "afp": ({"old_lm_weight": 0.0}, ["lm_weight", "word_penalty", "unk_penalty"]),
+    "afp+lm": ({}, ["lm_weight", "old_lm_weight", "word_penalty", "unk_penalty"]),
+}
 
-    return Grid(lm_weights, old_weights, WORD_PENALTIES, UNK_PENALTIES).points()
+
+def tuned_point(tuner: Any, fixed: dict[str, float], free: list[str], restarts: int = 3) -> dict[str, float]:
+    """The point ``afp tune``'s search finds on ``tuner``'s set with ``fixed`` weights held."""
+    from afp import mert
+    from afp.tune import first_pass_point, mert_problem
+
+    start, _ = first_pass_point(tuner)
+    return mert.search(mert_problem(tuner, tuner.utterances), {**start, **fixed}, free, restarts=restarts).point
 
 
-def cross_tune(tuners: dict[str, Any], lm_weights: tuple[float, ...], old_weights: tuple[float, ...],
-               mbr: bool) -> dict[str, Any]:
-    """Tune on each set, apply to the other: per set its WER at its own best point and at the other's.
-    MBR tunes its posterior scale too (:data:`MBR_SCALES`)."""
-    import numpy
+def cross_tune(tuners: dict[str, Any], fixed: dict[str, float], free: list[str],
+               against: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """Tune on each set, apply to the other: per set its WER at the other set's point (and at its
+    own), with the matched-pairs significance against the first pass and against ``against``
+    (each set's per-utterance errors of another system, e.g. re-weighting only)."""
+    from afp.significance import compare
+    from afp.tune import utterance_errors
 
-    points = grid_points(lm_weights, old_weights)
-    if mbr:
-        points = [{**p, "mbr_scale": scale} for scale in MBR_SCALES for p in points]
-        errors = {s: numpy.concatenate([t.evaluate(points[:len(points) // len(MBR_SCALES)], mbr=True, mbr_scale=x)
-                                        for x in MBR_SCALES]) for s, t in tuners.items()}
-    else:
-        errors = {s: t.evaluate(points) for s, t in tuners.items()}
-    refs = {s: t.first_pass().ref_words for s, t in tuners.items()}
-    best = {s: int(errors[s].argmin()) for s in tuners}
+    points = {s: tuned_point(t, fixed, free) for s, t in tuners.items()}
     out: dict[str, Any] = {}
-    for target in tuners:
+    errors: dict[str, list[int]] = {}
+    for target, tuner in tuners.items():
+        first = [u.first_pass.errors for u in tuner.utterances]
+        words = [u.first_pass.ref_words for u in tuner.utterances]
         for source in tuners:
             if source == target and len(tuners) > 1:
                 continue
-            key = f"{target}" if source == target else f"{target} (tuned on {source})"
-            out[key] = {"wer": 100.0 * int(errors[target][best[source]]) / refs[target], "point": points[best[source]]}
-        out[f"{target} (own best)"] = {"wer": 100.0 * int(errors[target][best[target]]) / refs[target],
-                                       "point": points[best[target]]}
-    curves = {}
-    for s in tuners:  # WER against the (new or, with no new LM, old) LM weight at the set's best other weights
-        b = points[best[s]]
-        axis = "lm_weight" if len(lm_weights) > 1 else "old_lm_weight"
-        fixed = tuple(k for k in ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "mbr_scale") if k != axis)
-        curves[s] = [(p[axis], 100.0 * int(e) / refs[s]) for p, e in zip(points, errors[s])
-                     if all(p.get(k) == b.get(k) for k in fixed)]
-    return {"results": out, "curves": curves, "curve_axis": axis}
+            applied = utterance_errors(tuner, points[source])
+            errors[target] = applied
+            key = target if source == target else f"{target} (tuned on {source})"
+            out[key] = {"wer": 100.0 * sum(applied) / sum(words), "point": points[source],
+                        "against_first_pass": compare(first, applied, words).to_json()}
+            if against is not None:
+                out[key]["against_reweighted"] = compare(against[target], applied, words).to_json()
+        own = utterance_errors(tuner, points[target])
+        out[f"{target} (own best)"] = {"wer": 100.0 * sum(own) / sum(words), "point": points[target]}
+    return {"results": out, "errors": errors}
 
 
 def main() -> None:
@@ -138,7 +143,6 @@ def main() -> None:
                         help="train (or finish) the default baseline first; resumable")
     parser.add_argument("--limit", type=int, help="only the first N utterances of each set")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--mbr-scale", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "wer_librispeech.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -155,14 +159,11 @@ def main() -> None:
             raise SystemExit(f"--baseline {args.baseline}: no model.safetensors there")
         print(f"no baseline at {BASELINE} (train it with --train-baseline): systems (b) are left out", flush=True)
     rnn = load_checkpoint(args.baseline) if (args.baseline / "model.safetensors").is_file() else None
-    options = RescoreOptions(score_weights=SCORE_WEIGHTS, mbr_scale=args.mbr_scale, max_kbest_paths=64)
+    options = RescoreOptions(score_weights=SCORE_WEIGHTS, max_kbest_paths=64)
     data = {s: load_set(s, args.limit) for s in SETS}
     report: dict[str, Any] = {"environment": environment(), "afp_model": str(args.afp), "afp": afp.info(),
                               "baseline_model": str(args.baseline) if rnn else None,
-                              "score_weights": dict(SCORE_WEIGHTS), "mbr_scale": args.mbr_scale,
-                              "grid": {"lm_weights": LM_WEIGHTS, "old_lm_weights": OLD_LM_WEIGHTS,
-                                       "word_penalties": WORD_PENALTIES, "unk_penalties": UNK_PENALTIES,
-                                       "mbr_scales": MBR_SCALES},
+                              "score_weights": dict(SCORE_WEIGHTS),
                               "sets": {}, "speed": {}}
     afp_tuners, rnn_tuners = {}, {}
     for name, (lists, refs) in data.items():
@@ -171,7 +172,7 @@ def main() -> None:
         entry: dict[str, Any] = {"utterances": len(lists), "hypotheses": len(hyps), "tokens": tokens,
                                  "oov_afp": oov_rate(lists, afp.vocab)}
 
-        tuner = Tuner(LMScorer(afp), options, refs, mbr=True)
+        tuner = Tuner(LMScorer(afp), options, refs)
         started = time.perf_counter()
         tuner.add(nbest_to_lattice(n) for n in lists)
         engine_s = time.perf_counter() - started
@@ -207,7 +208,7 @@ def main() -> None:
             speed.update({"rnn_s": rnn_s, "rnn_hyps_per_s": len(hyps) / rnn_s, "rnn_tokens_per_s": tokens / rnn_s,
                           "rnn_over_afp_engine": rnn_s / engine_s, "rnn_over_afp_merged": rnn_s / merged_s})
             logprobs = [float(t.sum()) for t in scored.token_logprobs]
-            rnn_tuner = Tuner(None, options, refs, mbr=True)
+            rnn_tuner = Tuner(None, options, refs)
             names = tuner.names
             position = 0
             for n in lists:
@@ -220,37 +221,42 @@ def main() -> None:
         report["sets"][name] = entry
         print(name, {k: v for k, v in entry.items()}, speed, flush=True)
 
-    systems = {"lm reweighted": (afp_tuners, (0.0,), OLD_LM_WEIGHTS[1:]),
-               "afp": (afp_tuners, LM_WEIGHTS, (0.0,)), "afp+lm": (afp_tuners, LM_WEIGHTS, OLD_LM_WEIGHTS[1:])}
-    if rnn_tuners:
-        systems.update({"rnn": (rnn_tuners, LM_WEIGHTS, (0.0,)), "rnn+lm": (rnn_tuners, LM_WEIGHTS, OLD_LM_WEIGHTS[1:])})
+    report["method"] = ("each system tuned by afp tune's joint search (MERT coordinate descent with exact line "
+                        "searches from the first pass's own point, 3 restarts) on one set, applied to the other")
     report["systems"] = {}
-    for system, (tuners, new, old) in systems.items():
-        for mbr in (False, True):
-            label = f"{system}{' mbr' if mbr else ''}"
-            report["systems"][label] = cross_tune(tuners, new, old, mbr)
-            print(label, {k: round(v["wer"], 3) for k, v in report["systems"][label]["results"].items()}, flush=True)
+    groups = [("", afp_tuners)] + ([("rnn", rnn_tuners)] if rnn_tuners else [])
+    reweighted: dict[str, list[int]] | None = None
+    for prefix, tuners in groups:
+        for system, (fixed, free) in SYSTEMS.items():
+            if prefix and system == "lm reweighted":
+                continue
+            label = system.replace("afp", prefix) if prefix else system
+            found = cross_tune(tuners, fixed, free, reweighted)
+            if system == "lm reweighted":
+                reweighted = found["errors"]
+            report["systems"][label] = {"results": found["results"]}
+            print(label, {k: round(v["wer"], 3) for k, v in found["results"].items()}, flush=True)
     write_json(args.out, report)
     plot(report, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
+    """Each system's WER on each set (tuned on the other), beside the first pass and the oracle."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(report["sets"]), figsize=(11, 4.2), squeeze=False)
-    for ax, name in zip(axes[0], report["sets"]):
-        for label, system in report["systems"].items():
-            curve = system["curves"].get(name)
-            if system.get("curve_axis", "lm_weight") != "lm_weight":  # no new LM: its tuned WER as a line
-                tuned = next(v["wer"] for k, v in system["results"].items() if k.startswith(name) and "tuned on" in k)
-                ax.axhline(tuned, color="tab:brown", linestyle="-." if "mbr" in label else "--", label=label)
-            elif curve:
-                ax.plot([x for x, _ in curve], [y for _, y in curve], marker="." if "mbr" in label else "o",
-                        linestyle="--" if "mbr" in label else "-", label=label)
+    sets = list(report["sets"])
+    labels = list(report["systems"])
+    fig, axes = plt.subplots(1, len(sets), figsize=(11, 4.2), squeeze=False)
+    for ax, name in zip(axes[0], sets):
+        wers = [next(v["wer"] for k, v in report["systems"][label]["results"].items()
+                     if k.startswith(name) and "tuned on" in k) for label in labels]
+        ax.bar(range(len(labels)), wers, color="tab:blue")
+        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
         ax.axhline(report["sets"][name]["first_pass_wer"], color="black", linestyle=":", label="first pass")
         ax.axhline(report["sets"][name]["oracle_wer"], color="grey", linestyle=":", label="oracle (30-best)")
-        ax.set_title(f"LibriSpeech {name}: WER against LM weight")
-        ax.set_xlabel("new LM weight (other weights at the set's best)")
+        low = min([*wers, report["sets"][name]["oracle_wer"]])
+        ax.set_ylim(low * 0.9, max([*wers, report["sets"][name]["first_pass_wer"]]) * 1.05)
+        ax.set_title(f"LibriSpeech {name}: tuned on the other set")
         ax.set_ylabel("WER (%)")
         ax.legend(fontsize=7)
     save_figure(fig, path)

@@ -162,16 +162,7 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
             tuned = TunedWeights.from_json(request.weights, source="weights")
         if tuned is None:
             return options
-        own = request.model_fields_set
-        merged = tuned.apply(options)  # the request's own weight fields win
-        return dataclasses.replace(
-            merged, lm_weights=options.lm_weights if "lm_weight" in own else merged.lm_weights,
-            relative_lm_weight=False,
-            old_lm_weight=options.old_lm_weight if "old_lm_weight" in own else merged.old_lm_weight,
-            word_penalty=options.word_penalty if "word_penalty" in own else merged.word_penalty,
-            unk_penalty=options.unk_penalty if "unk_penalty" in own else merged.unk_penalty,
-            score_weights=options.score_weights if "score_weights" in own else merged.score_weights,
-            decode=options.decode if "decode" in own else merged.decode)
+        return tuned.apply(options, keep=request.model_fields_set & set(SETS))  # the request's own fields win
     except WeightsFileError as err:
         raise APIError(422, "invalid_request", str(err), field="weights") from None
     except ValueError as err:
