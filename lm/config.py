@@ -101,6 +101,9 @@ class ModelConfig(_JsonConfig):
       cutoffs: adaptive softmax cluster boundaries, increasing, each in ``(0, vocab_size - 1)``;
         None picks :func:`default_cutoffs`.
       div_value: each tail cluster's projection is ``div_value`` times narrower than the last.
+      future: ``K > 0`` makes an acausal window model (:mod:`lm.window`): word ``t`` is scored
+        from the ``rho`` words before it and the ``K`` after it, itself masked; its sentence score
+        is a pseudo-log-likelihood. An afp-mode rnn setting; 0 (the default) is a causal model.
     """
 
     vocab_size: int | None = None
@@ -121,6 +124,7 @@ class ModelConfig(_JsonConfig):
     softmax: str = "full"
     cutoffs: tuple[int, ...] | None = None
     div_value: float = 4.0
+    future: int = 0
 
     def __post_init__(self) -> None:
         if self.vocab_size is not None:
@@ -157,6 +161,21 @@ class ModelConfig(_JsonConfig):
             _check(self.softmax == "adaptive", "cutoffs", "only used by softmax=adaptive")
         _check(not (self.tie_weights and self.softmax == "adaptive"), "tie_weights",
                "cannot be combined with softmax=adaptive")
+        _check_int(self.future, "future", 0)
+        if self.future:
+            _check(self.arch == "rnn" and self.mode == "afp", "future",
+                   f"a window model is an afp-mode rnn (--mode afp --rho R), got arch={self.arch} mode={self.mode}")
+            _check(not self.tie_weights, "tie_weights", "a window model's embedding has a MASK row: cannot tie")
+
+    @property
+    def is_window(self) -> bool:
+        """An acausal window model (``future > 0``): it scores words, not (context, word) pairs."""
+        return self.future > 0
+
+    @property
+    def input_vocab_size(self) -> int:
+        """Embedding rows: the vocabulary, and a window model's ``MASK`` (id ``vocab_size``)."""
+        return self.known_vocab_size + (1 if self.future else 0)
 
     @property
     def adaptive_cutoffs(self) -> tuple[int, ...]:
@@ -187,6 +206,8 @@ class ModelConfig(_JsonConfig):
             return f"FFNN {self.order}-gram {self.hidden}"
         cell = f"{self.cell}({self.activation})" if self.cell == "elman" else self.cell
         head = f"AFP-{self.rho}" if self.mode == "afp" else "exact"
+        if self.future:
+            head = f"window {self.rho}+{self.future} ({head})"
         return f"{head} {cell} {self.layers}x{self.hidden}"
 
 

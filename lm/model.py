@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from lm.cells import RecurrentCell, make_cell
 from lm.config import ModelConfig
 from lm.output import low_precision_weight, picked_log_softmax
+from lm.window import WINDOW_METHODS, build_windows
 
 #: Upper bound on logits held at once by :meth:`LanguageModel.score_contexts` (elements).
 DEFAULT_SCORE_ELEMENTS = 1 << 24
@@ -42,7 +43,7 @@ class LanguageModel(nn.Module, ABC):
     def __init__(self, config: ModelConfig, feature_size: int) -> None:
         super().__init__()
         self.config = config
-        self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.embedding = nn.Embedding(config.input_vocab_size, config.embedding_size)
         self.dropout = nn.Dropout(config.dropout)
         if config.softmax == "adaptive":
             narrowest = int(feature_size // config.div_value ** len(config.adaptive_cutoffs))
@@ -197,7 +198,13 @@ class LanguageModel(nn.Module, ABC):
         :meth:`target_log_probs` (never full-vocabulary logits for an adaptive softmax), holding
         at most ``max_elements`` logits at a time (None: every position at once)."""
         mask = torch.arange(inputs.shape[1], device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
-        picked = self.target_log_probs(self.features(inputs, detach)[mask], targets[mask], max_elements)
+        if self.config.is_window:  # every target's window, in the mask's (row-major) order
+            tokens = torch.cat([inputs[:, :1], targets], dim=1)
+            windows, valid, _, _ = build_windows(tokens, lengths + 1, self.config.rho or 0, self.config.future,
+                                                 self.mask_id)
+            picked = self.target_log_probs(self.window_features(windows, valid), targets[mask], max_elements)
+        else:
+            picked = self.target_log_probs(self.features(inputs, detach)[mask], targets[mask], max_elements)
         out = picked.new_zeros(targets.shape)
         out[mask] = picked
         return out
@@ -250,15 +257,48 @@ class LanguageModel(nn.Module, ABC):
                 continue
             features = self.dropout(self.context_features(contexts[start:stop], lengths[start:stop]))
             picked = order[lo:hi]
-            rows = target_context[picked] - start
-            if self.adaptive is None:
-                assert self.output_layer is not None
-                layer = self.output_layer
-                result[picked] = picked_log_softmax(features, layer.weight, layer.bias + self.logit_mask, rows,
-                                                    targets[picked], precision, self._low("output", layer.weight,
-                                                                                          precision))
-            else:
-                result[picked] = self._adaptive_pick(features, rows, targets[picked], max_elements, precision)
+            result[picked] = self._pick(features, target_context[picked] - start, targets[picked], max_elements,
+                                        precision)
+        return result
+
+    def _pick(self, features: Tensor, rows: Tensor, targets: Tensor, max_elements: int, precision: str) -> Tensor:
+        """Log-probabilities of ``targets: int64 (M,)`` under the output layer at ``features[rows]``
+        (``features: (C, F)``, ``rows: int64 (M,)``) -> float32 ``(M,)``; ``precision`` as in
+        :meth:`score_contexts`."""
+        if self.adaptive is None:
+            assert self.output_layer is not None
+            layer = self.output_layer
+            return picked_log_softmax(features, layer.weight, layer.bias + self.logit_mask, rows, targets, precision,
+                                      self._low("output", layer.weight, precision))
+        return self._adaptive_pick(features, rows, targets, max_elements, precision)
+
+    @property
+    def mask_id(self) -> int:
+        """A window model's ``MASK`` input id (:mod:`lm.window`): the embedding row after the vocabulary."""
+        if not self.config.is_window:
+            raise ValueError("only a window model (future > 0) has a MASK token")
+        return self.config.known_vocab_size
+
+    def window_features(self, windows: Tensor, valid: Tensor, method: str = "direct") -> Tensor:
+        """A window model's features of each window (:mod:`lm.window`). ``windows: int64 (N, L)``,
+        ``valid: bool (N, L)`` -> ``(N, F)``; ``method``: ``direct`` or ``afp``, the same values."""
+        raise ValueError(f"{self.config.describe()} is not a window model")
+
+    @torch.no_grad()
+    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor,
+                      max_elements: int = DEFAULT_SCORE_ELEMENTS, precision: str = "fp32") -> Tensor:
+        """Natural-log probability of each window's target: the acausal scoring entry point.
+        ``windows: int64 (N, L)``, ``valid: bool (N, L)``, ``targets: int64 (N,)`` -> float32
+        ``(N,)`` on the model's device, in chunks whose logits hold at most ``max_elements``."""
+        device = self.device
+        windows, valid, targets = windows.to(device), valid.to(device), targets.to(device)
+        result = torch.empty(targets.shape[0], device=device)
+        chunk = self.rows_within(max_elements)
+        for start in range(0, windows.shape[0], chunk):
+            stop = min(start + chunk, windows.shape[0])
+            features = self.dropout(self.window_features(windows[start:stop], valid[start:stop]))
+            rows = torch.arange(stop - start, device=device)
+            result[start:stop] = self._pick(features, rows, targets[start:stop], max_elements, precision)
         return result
 
     def _low(self, name: str, weight: Tensor, precision: str) -> Tensor | None:
@@ -372,6 +412,32 @@ class RecurrentLM(LanguageModel):
             with torch.set_grad_enabled(torch.is_grad_enabled() and not (detach and n < rho - 1)):
                 state = self.cell.step(torch.cat([start, state[:, :-1]], dim=1), u)
         return self.cell.output(state)
+
+    def window_features(self, windows: Tensor, valid: Tensor, method: str = "direct") -> Tensor:
+        """The cell from its initial state over each window's valid tokens, output after the last.
+        ``windows: int64 (N, L)``, ``valid: bool (N, L)`` -> ``(N, F)``.
+
+        ``direct``: ``L`` steps, each advancing every window by one token (a position outside the
+        sentence keeps the state). ``afp``: ``L`` fixed-point iterations updating every position
+        of every window at once from the previous iteration's state one position to the left
+        (positions outside the sentence pass that state on); after ``L`` iterations the last
+        position holds the direct pass's state."""
+        if method not in WINDOW_METHODS:
+            raise ValueError(f"method must be one of {WINDOW_METHODS}, got {method!r}")
+        u = self._projected(windows)
+        width = windows.shape[1]
+        keep = valid.unsqueeze(-1)
+        if method == "direct":
+            state = self.cell.initial_state(u, (windows.shape[0],))
+            for t in range(width):
+                state = torch.where(keep[:, t], self.cell.step(state, u[:, t]), state)
+            return self.cell.output(state)
+        state = self.cell.initial_state(u, tuple(windows.shape))
+        start = self.cell.initial_state(u, (windows.shape[0], 1))
+        for _ in range(width):
+            previous = torch.cat([start, state[:, :-1]], dim=1)
+            state = torch.where(keep, self.cell.step(previous, u), previous)
+        return self.cell.output(state[:, -1])
 
     def context_features(self, contexts: Tensor, lengths: Tensor) -> Tensor:
         """Run the cell from the initial state over each right-aligned context. ``(N, C) -> (N, F)``."""

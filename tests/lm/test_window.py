@@ -1,0 +1,108 @@
+"""Acausal window models (``future = K``): each word scored from exactly ``R`` words before and ``K``
+after it, itself masked; windows computed in parallel, by a direct pass or by AFP iterations."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from lm.config import ModelConfig
+from lm.corpus import encode
+from lm.evaluate import score_corpus
+from lm.window import build_windows, sentence_tokens
+from tests.factories import CELL_CONFIGS, random_sentences, tiny_vocab, make_model
+
+
+def window_model(rho: int = 2, future: int = 2, seed: int = 0, **fields):
+    return make_model(tiny_vocab(), seed=seed, mode="afp", rho=rho, future=future, **fields)
+
+
+def by_hand(model, ids: list[int], rho: int, future: int) -> list[float]:
+    """Each term of a sentence by running the cell over its explicit window (``context_features``
+    of the right-aligned window ``[left.., MASK, right..]``) and the full softmax."""
+    vocab_bos, vocab_eos = model.bos_id_for_test, model.eos_id_for_test
+    tokens = [vocab_bos, *ids, vocab_eos]
+    out = []
+    for i in range(1, len(tokens)):
+        window = [*tokens[max(0, i - rho): i], model.mask_id, *tokens[i + 1: i + 1 + future]]
+        contexts = torch.tensor([window])
+        features = model.context_features(contexts, torch.tensor([len(window)]))
+        out.append(float(model.log_probs(features)[0, tokens[i]].detach()))
+    return out
+
+
+@pytest.fixture()
+def vocab():
+    return tiny_vocab()
+
+
+@pytest.mark.parametrize("cell", list(CELL_CONFIGS))
+def test_direct_pass_and_afp_iterations_give_the_same_features(cell):
+    model = window_model(rho=3, future=2, **CELL_CONFIGS[cell])
+    vocab = tiny_vocab()
+    sentences = [vocab.encode(s) for s in random_sentences(6, seed=1, max_len=7)]
+    tokens, lengths = sentence_tokens(sentences, vocab.bos_id, vocab.eos_id)
+    windows, valid, _, _ = build_windows(tokens, lengths, 3, 2, model.mask_id)
+    assert not bool(valid.all())  # some windows reach past the sentence edges
+    with torch.no_grad():
+        direct = model.window_features(windows, valid, "direct")
+        afp = model.window_features(windows, valid, "afp")
+    assert torch.allclose(direct, afp, atol=1e-5)
+
+
+@pytest.mark.parametrize("rho,future", [(1, 1), (2, 3), (4, 1)])
+def test_each_term_is_the_explicit_window(vocab, rho, future):
+    model = window_model(rho=rho, future=future, seed=rho + future)
+    model.bos_id_for_test, model.eos_id_for_test = vocab.bos_id, vocab.eos_id
+    sentences = random_sentences(5, seed=rho, max_len=8)
+    corpus = encode(sentences, vocab)
+    scored = score_corpus(model, corpus)
+    for words, terms in zip(sentences, scored.token_logprobs):
+        expected = by_hand(model, vocab.encode(words), rho, future)
+        assert terms.tolist() == pytest.approx(expected, abs=1e-4)
+        assert len(expected) == len(words) + 1  # the words and </s>
+
+
+def test_a_term_depends_on_exactly_its_window(vocab):
+    """Changing a word changes the terms of the words within R after or K before it, and no other;
+    the masked word itself only through the probability picked."""
+    rho, future = 2, 1
+    model = window_model(rho=rho, future=future, seed=3)
+    rng = random.Random(0)
+    words = random_sentences(1, seed=5, min_len=8, max_len=8)[0]
+    base = score_corpus(model, encode([words], vocab)).token_logprobs[0]
+    for position in range(len(words)):
+        changed = list(words)
+        changed[position] = rng.choice([w for w in vocab.words[4:] if w != words[position]])
+        terms = score_corpus(model, encode([changed], vocab)).token_logprobs[0]
+        differ = {i for i in range(len(terms)) if abs(float(terms[i] - base[i])) > 1e-6}
+        # term i predicts token i+1 of [<s>, w..], reading tokens i+1-R .. i+1+K: word `position` is token
+        # position+1
+        reach = {i for i in range(len(terms)) if -rho <= (position + 1) - (i + 1) <= future}
+        assert differ <= reach and differ - {position} == reach - {position}
+
+
+def test_score_windows_equals_the_training_computation(vocab):
+    model = window_model(rho=2, future=2, softmax="adaptive", cutoffs=(4,), seed=2)
+    sentences = [vocab.encode(s) for s in random_sentences(7, seed=4)]
+    tokens, lengths = sentence_tokens(sentences, vocab.bos_id, vocab.eos_id)
+    windows, valid, targets, where = build_windows(tokens, lengths, 2, 2, model.mask_id)
+    for precision in ("fp32", "bf16"):
+        scored = model.score_windows(windows, valid, targets, max_elements=64, precision=precision)
+        with torch.no_grad():
+            trained = model.token_logprobs(tokens[:, :-1], tokens[:, 1:], lengths - 1)
+        assert scored.tolist() == pytest.approx(trained[where[:, 0], where[:, 1] - 1].tolist(),
+                                                abs=1e-3 if precision == "bf16" else 1e-5)
+
+
+def test_the_configuration_names_what_a_window_model_needs():
+    with pytest.raises(ValueError, match="future: a window model is an afp-mode rnn"):
+        ModelConfig(vocab_size=10, mode="exact", future=2)
+    with pytest.raises(ValueError, match="future: must be an integer >= 0"):
+        ModelConfig(vocab_size=10, mode="afp", rho=2, future=-1)
+    config = ModelConfig(vocab_size=10, mode="afp", rho=3, future=2, cell="gru")
+    assert config.describe() == "window 3+2 (AFP-3) gru 1x100" and config.input_vocab_size == 11
+    with pytest.raises(ValueError, match="only a window model"):
+        make_model(tiny_vocab(), mode="afp", rho=2).mask_id
