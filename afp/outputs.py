@@ -297,7 +297,8 @@ class OutputOptions:
     ``out``: rescored lattices (:class:`LatticeWriter`); ``nbest_text``, ``ctm``: write
     specifiers of the n-best transcripts and the CTM (text: ``ark:`` binary archives are refused);
     ``text_dir``: one transcript per LM weight; ``frame_shift``: seconds per Kaldi frame (CTM);
-    ``json``: results as JSON lines on standard output, else transcript lines there;
+    ``json``: results as JSON lines on standard output, else transcript lines there (the best
+    hypothesis as ``key words``, with ``--nbest N`` the others as ``key-2 words`` ... ``key-N``);
     ``show_first_pass``: the first pass's 1-best after each transcript line."""
 
     out: str | None = None
@@ -426,6 +427,8 @@ class JobOutputs:
                 continue
             prefix = f"{result.lm_weight:g}\t" if several else ""
             lines.append(f"{prefix}{transcript_line(result.key, result.best.words)}")
+            for rank, hyp in enumerate(result.nbest[1:], 2):  # --nbest N: Kaldi's n-best keys, key-2 ...
+                lines.append(f"{prefix}{transcript_line(f'{result.key}-{rank}', hyp.words)}")
             if self.options.show_first_pass and result.first_pass is not None:
                 mark = "=" if result.first_pass.words == result.best.words else "*"
                 lines.append(f"{prefix}{transcript_line(mark + result.key, result.first_pass.words)}")

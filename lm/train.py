@@ -64,6 +64,8 @@ class TrainResult:
     metrics: list[dict[str, Any]]
     rank: int = 0
     steps: int = 0
+    #: which weights the run directory's model holds (the closing line of ``afp train`` says it)
+    saved: str = ""
 
 
 def load_data(cfg: TrainConfig) -> Data:
@@ -169,6 +171,7 @@ def train(
         _save_state(out, model, optimizer, data.vocab, cfg, state, _record(record, cfg, state), rank, world, device)
 
     checkpoints = StepCheckpoints(cfg, world, device)
+    saved_at: int | None = None
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
         if cfg.max_steps is not None and state.step >= cfg.max_steps:
             break
@@ -178,7 +181,18 @@ def train(
             finished = _train_epoch(trainer, model, optimizer, data.train, cfg, epoch, state, rank, world, device,
                                     precision, progress, checkpoints, save)
         if not finished:
-            save()  # max_steps reached within the epoch
+            # max_steps reached within the epoch (a pause: --resume continues): validate the weights
+            # as they are, keep them as the model if they are the best (or there is no validation),
+            # then save the resume state (validation draws no random numbers: resuming stays exact)
+            valid_ppl = _validate(model, data.valid, rank, world, cfg)
+            better = valid_ppl is None or state.best_valid_ppl is None or valid_ppl < state.best_valid_ppl
+            if better and valid_ppl is not None:
+                state.best_valid_ppl = valid_ppl
+            save()
+            if better:
+                if rank == 0:
+                    save_checkpoint(out, model, data.vocab, _record(record, cfg, state))
+                saved_at = state.step
             break
         valid_ppl = _validate(model, data.valid, rank, world, cfg)
         improved = valid_ppl is None or state.best_valid_ppl is None or valid_ppl < state.best_valid_ppl
@@ -197,6 +211,8 @@ def train(
         state.finish_epoch(metrics)
         if rank == 0 and improved:
             save_checkpoint(out, model, data.vocab, _record(record, cfg, state))
+        if improved:
+            saved_at = state.step
         save()
         checkpoints.restart()
         if rank == 0:
@@ -206,8 +222,18 @@ def train(
                 on_epoch(metrics)
     if world > 1:
         dist.barrier()
+    if rank == 0 and not (out / "config.json").is_file():  # nothing ran (already at max_steps or epochs)
+        save_checkpoint(out, model, data.vocab, _record(record, cfg, state))
+        saved_at = state.step
+    if saved_at is None:
+        saved = (f"{out}: the model saved before" + (" (the last weights; no validation data)" if data.valid is None
+                                                    else f", the best by validation (ppl {state.best_valid_ppl:.2f})"))
+    elif data.valid is None:
+        saved = f"{out}: the last weights (step {saved_at}; no validation data)"
+    else:
+        saved = f"{out}: the best by validation (step {saved_at}, ppl {state.best_valid_ppl:.2f})"
     return TrainResult(best_valid_ppl=state.best_valid_ppl, epochs_run=state.epoch, metrics=state.metrics,
-                       rank=rank, steps=state.step)
+                       rank=rank, steps=state.step, saved=saved)
 
 
 def _record(record: dict[str, Any] | None, cfg: TrainConfig, state: TrainState) -> dict[str, Any]:

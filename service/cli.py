@@ -30,6 +30,10 @@ from typing import Any
 
 from afp.defaults import default_model_dir
 
+#: what ``afp train`` trains when the command line names no model (the shipped models' kind: a GRU
+#: AFP-4 with an adaptive softmax, models/librispeech); the ModelConfig defaults stay the library's
+TRAIN_MODEL_DEFAULTS: dict[str, Any] = {"cell": "gru", "mode": "afp", "rho": 4, "hidden": 256, "softmax": "adaptive"}
+
 #: one-line help for the training options generated from the config dataclasses
 _HELP = {
     "arch": "rnn (recurrent cell) or ffnn (feed-forward n-gram)",
@@ -143,11 +147,19 @@ def cmd_train(args: argparse.Namespace) -> None:
         extra = sorted(set(data) - {"model", "train"})
         if extra:
             raise CLIError(f"{args.config}: unknown section(s) {extra}; expected 'model' and 'train'")
+    saved = _saved_run_options(args.out) if args.resume else None
+    if saved is not None:  # a resume reads the run's own options; what is given again overrides them
+        model_fields, train_fields = {**saved[0], **model_fields}, {**saved[1], **train_fields}
     for cls, fields in ((ModelConfig, model_fields), (TrainConfig, train_fields)):
         for f in dataclasses.fields(cls):
             value = getattr(args, f.name, None)
             if value is not None:
                 fields[f.name] = value
+    if saved is None and model_fields.get("arch", "rnn") == "rnn":
+        for name, value in TRAIN_MODEL_DEFAULTS.items():
+            if name == "rho" and model_fields.get("mode", "afp") != "afp":
+                continue
+            model_fields.setdefault(name, value)
     if model_fields.get("mode") == "afp" and "rho" not in model_fields:
         raise CLIError("--mode afp needs --rho")
     if "rho" in model_fields and "mode" not in model_fields and model_fields.get("arch", "rnn") == "rnn":
@@ -162,7 +174,26 @@ def cmd_train(args: argparse.Namespace) -> None:
                    on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
     if result.rank == 0:
         print(json.dumps({"out": args.out, "epochs": result.epochs_run, "steps": result.steps,
-                          "best_valid_ppl": result.best_valid_ppl}))
+                          "best_valid_ppl": result.best_valid_ppl, "model": result.saved}))
+
+
+def _saved_run_options(out: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The model and training options a run directory's resume state was saved with (None
+    without one): ``afp train --out DIR --resume`` alone continues the run as it was."""
+    from pathlib import Path
+
+    from lm.resume import find_resume
+
+    directory = find_resume(Path(out))
+    if directory is None:
+        return None
+    config = _read_json(str(directory / "config.json"))
+    state = _read_json(str(directory / "state.json"))
+    model = dict(config.get("model", {}))
+    model.pop("vocab_size", None)  # set from the data again (and checked against the saved weights)
+    # --max-steps paused the run: resuming continues it (to its epochs, or a new --max-steps)
+    train = {k: v for k, v in dict(state.get("train_config", {})).items() if v is not None and k != "max_steps"}
+    return model, train
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -198,6 +229,9 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     from afp.weights import SETS
 
     untuned = not args.weights and all(getattr(args, name, None) is None for name in SETS)
+    if args.posteriors and not args.json and outputs.results_on_stdout:
+        _warn("--posteriors: the transcript lines hold words only; the word posteriors are in --json output "
+              "(best.word_posteriors) and in the --ctm confidence column")
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     with outputs:
         for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
@@ -618,8 +652,11 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- parser
-def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
-    """One ``--field-name`` option per dataclass field; the dataclass validates the values."""
+def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set[str],
+                           defaults: dict[str, Any] | None = None) -> None:
+    """One ``--field-name`` option per dataclass field; the dataclass validates the values. The
+    help names each default (``defaults`` where the command's differ from the dataclass's)."""
+    defaults = defaults or {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -628,15 +665,16 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
         kind = hints[f.name]
         base = [t for t in typing.get_args(kind) if t is not type(None)] or [kind]
         help_text = _HELP.get(f.name, "")
+        default = defaults.get(f.name, f.default)
+        if "(default" not in help_text and default is not None and default is not dataclasses.MISSING:
+            help_text = f"{help_text} (default: {default})".strip()
         if base[0] is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
         elif typing.get_origin(base[0]) is tuple:
-            parser.add_argument(flag, dest=f.name, type=_int_list, default=None, metavar="N,N,...",
-                                help=f"{help_text} (default: {f.default})".strip())
+            parser.add_argument(flag, dest=f.name, type=_int_list, default=None, metavar="N,N,...", help=help_text)
         else:
-            parser.add_argument(flag, dest=f.name, type=base[0], default=None,
-                                help=f"{help_text} (default: {f.default})".strip())
+            parser.add_argument(flag, dest=f.name, type=base[0], default=None, help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -792,7 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="run directory (the best checkpoint is written here)")
     p.add_argument("--resume", action="store_true", help="continue from DIR/resume")
     p.add_argument("--verbose", action="store_true", help="print each epoch's metrics to stderr")
-    _add_dataclass_options(p.add_argument_group("model"), ModelConfig, skip={"vocab_size"})
+    _add_dataclass_options(p.add_argument_group("model"), ModelConfig, skip={"vocab_size"}, defaults=TRAIN_MODEL_DEFAULTS)
     _add_dataclass_options(p.add_argument_group("training"), TrainConfig, skip=set())
     p.set_defaults(func=cmd_train)
     return parser

@@ -93,7 +93,8 @@ def test_wer_and_conversational_sections(tmp_path):
     speed = {s: {"tokens": 1000, "afp_distinct_contexts": 150, "contexts_per_token": 0.15,
                  "afp_engine_tokens_per_s": 9000.0, "afp_merged_tokens_per_s": 12000.0} for s in sets}
     point = {"lm_weight": 0.1, "old_lm_weight": 0.7, "word_penalty": 1.0, "unk_penalty": -10.0}
-    systems = {"afp+lm": {"results": {"dev_clean (tuned on dev_other)": {"wer": 1.61, "point": point},
+    significance = {"against_first_pass": {"mapsswe": {"p": 0.012}}, "against_reweighted": {"mapsswe": {"p": 0.3}}}
+    systems = {"afp+lm": {"results": {"dev_clean (tuned on dev_other)": {"wer": 1.61, "point": point, **significance},
                                       "dev_clean (own best)": {"wer": 1.6, "point": point},
                                       "dev_other (tuned on dev_clean)": {"wer": 3.42,
                                                                          "point": {**point, "lm_weight": 0.05}}}}}
@@ -107,7 +108,7 @@ def test_wer_and_conversational_sections(tmp_path):
                                  "new": {"ppl": 80.0, "oov_rate": 0.01, "shared_vocab_ppl": 120.0}}}})
     text = render(tmp_path)
     assert "| first pass | 1.70 | 3.61 | the recogniser's (0, 0.6, 0, 0) |" in text
-    assert "| afp+lm | 1.61 | 3.42 | 0.1, 0.7, 1, -10 / 0.05, 0.7, 1, -10 |" in text
+    assert "| afp+lm | 1.61 | 3.42 | 0.012 / 0.3 | - / - | 0.1, 0.7, 1, -10 / 0.05, 0.7, 1, -10 |" in text
     assert "| dev_clean | 1000 | 150 | 0.15 | 9000.00 | 12000.00 | not run | not run |" in text
     assert "| switchboard | new | 120.00 | 80.00 | 1.00% |" in text
     assert text.count("Not run yet.") == 5

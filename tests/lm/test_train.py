@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,8 +90,8 @@ def test_cli_train_with_json_config_and_flag_override(tmp_path, corpus):
 def test_cli_train_rejects_bad_options(tmp_path, corpus, capsys):
     from service.cli import main
 
-    assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "x"), "--mode", "afp"]) == 2
-    assert "--mode afp needs --rho" in capsys.readouterr().err
+    assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "x"), "--mode", "afp", "--rho", "0"]) == 2
+    assert "rho: must be an integer >= 1" in capsys.readouterr().err
     assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "x"), "--cell", "qrnn"]) == 2
     assert "cell: must be one of" in capsys.readouterr().err
     assert main(["train", "--train", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")]) == 2
@@ -222,3 +223,56 @@ def test_training_records_how_many_words_it_maps_to_unk_and_the_penalty_follows(
     assert loaded.info()["default_unk_penalty"] == pytest.approx(-math.log(3))
     meta = prepare(PrepareConfig(text=(str(text),), out=str(tmp_path / "data"), min_count=2))
     assert meta["splits"]["train"]["unk_types"] == 3
+
+
+def test_cli_train_defaults_make_a_model_rescore_accepts(tmp_path, corpus, capsys):
+    """No model option: a GRU AFP-4 with an adaptive softmax (the shipped models' kind), which
+    ``afp rescore`` takes; ``--mode exact`` still trains an exact model (and no rho)."""
+    from service.cli import main
+
+    assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "m"), "--max-steps", "2",
+                 "--hidden", "8"]) == 0
+    config = load_checkpoint(tmp_path / "m").config
+    assert (config.cell, config.mode, config.rho, config.softmax) == ("gru", "afp", 4, "adaptive")
+    lattice = tmp_path / "lat.txt"
+    lattice.write_text("u\n0 1 the 1,1,\n1 2 cat 1,1,\n2\n\n")
+    capsys.readouterr()
+    assert main(["rescore", "--model", str(tmp_path / "m"), str(lattice)]) == 0
+    assert main(["train", "--train", str(corpus[0]), "--out", str(tmp_path / "e"), "--max-steps", "1",
+                 "--hidden", "8", "--mode", "exact"]) == 0
+    assert load_checkpoint(tmp_path / "e").config.rho is None
+    helptext = __import__("service.cli", fromlist=["build_parser"]).build_parser()._subparsers._group_actions[0] \
+        .choices["train"].format_help()
+    flat = " ".join(helptext.split())
+    assert "(default: None)" not in flat and not re.search(r"\(default: [^()]*\) \(default:", flat)
+    assert "(default: gru)" in helptext and "(default: 4)" in helptext
+
+
+@pytest.mark.parametrize("valid", [False, True])
+def test_a_run_stopped_by_max_steps_leaves_a_loadable_model_and_resume_alone_continues(tmp_path, corpus, capsys,
+                                                                                        valid):
+    """Shards without validation, stopped by --max-steps inside the first epoch: the run directory
+    holds the last weights (with validation: the best by it) and says which; ``--resume`` alone
+    reads the run's options and continues past the pause to the end of its epochs."""
+    from service.cli import main
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    assert main(["prepare", "--text", str(corpus[0]), "--out", str(data),
+                 *(["--valid", str(corpus[1])] if valid else [])]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(data), "--out", str(run), "--hidden", "8", "--epochs", "2",
+                 "--batch-size", "10", "--max-steps", "3"]) == 0
+    closing = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert closing["steps"] == 3
+    assert ("best by validation (step 3" if valid else "the last weights (step 3; no validation data)") \
+        in closing["model"]
+    loaded = load_checkpoint(run)
+    assert loaded.training["steps"] == 3 and loaded.config.hidden == 8
+    assert main(["info", "--model", str(run)]) == 0
+    assert main(["train", "--out", str(run), "--resume"]) == 0
+    closing = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert closing["epochs"] == 2 and closing["steps"] > 3
+    resumed = load_checkpoint(run)
+    assert resumed.config.hidden == 8
+    if not valid:  # the last weights: those of the run's last step
+        assert resumed.training["steps"] == closing["steps"]

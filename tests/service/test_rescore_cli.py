@@ -240,3 +240,16 @@ def test_an_input_with_no_lattice_warns(capsys, tmp_path, model_dir):
     empty.write_bytes(b"")
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), f"ark:{empty}"])
     assert captured.out == "" and f"afp: warning: no lattice was read from ark:{empty}" in captured.err
+
+
+def test_text_output_shows_the_nbest_and_says_where_posteriors_go(capsys, model_dir, archive):
+    """--nbest N in the text output: the best as ``key words``, the others as Kaldi's n-best keys
+    ``key-2`` ... (the same hypotheses as --json); --posteriors says they are in --json and --ctm."""
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "3", str(archive)])
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--nbest", "3", "--posteriors", str(archive)])
+    expected = []
+    for row in rows:
+        expected.append(" ".join([row["key"], *row["best"]["words"]]))
+        expected += [" ".join([f"{row['key']}-{rank}", *h["words"]]) for rank, h in enumerate(row["nbest"][1:], 2)]
+    assert captured.out.splitlines() == expected and len(expected) > len(rows)
+    assert captured.err.count("the word posteriors are in --json output") == 1
