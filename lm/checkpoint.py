@@ -75,6 +75,10 @@ class LoadedModel:
             "rho": cfg.rho,
             "order": cfg.order if cfg.arch == "ffnn" else None,
             "context_size": cfg.context_size,
+            "future": cfg.future,
+            "scores": ("acausal: each word from the rho words before and the future words after it (a "
+                       "pseudo-log-likelihood; a rescoring feature)") if cfg.is_window else "causal: next-word "
+                      "log-probabilities",
             "vocab_size": cfg.vocab_size,
             "softmax": cfg.softmax,
             "cutoffs": list(cfg.adaptive_cutoffs) if cfg.softmax == "adaptive" else None,

@@ -291,7 +291,7 @@ class LanguageModel(nn.Module, ABC):
         ``windows: int64 (N, L)``, ``valid: bool (N, L)``, ``targets: int64 (N,)`` -> float32
         ``(N,)`` on the model's device, in chunks whose logits hold at most ``max_elements``."""
         device = self.device
-        windows, valid, targets = windows.to(device), valid.to(device), targets.to(device)
+        windows, valid, targets = windows.to(device), valid.to(device), targets.to(device).contiguous()
         result = torch.empty(targets.shape[0], device=device)
         chunk = self.rows_within(max_elements)
         for start in range(0, windows.shape[0], chunk):

@@ -18,6 +18,7 @@ from lm.checkpoint import LoadedModel
 from lm.evaluate import TextScore
 from lm.model import DEFAULT_SCORE_ELEMENTS
 from lm.output import resolve_score_precision
+from lm.window import build_windows, sentence_tokens
 
 
 class SentenceScorer(Protocol):
@@ -36,11 +37,10 @@ class SentenceScorer(Protocol):
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor: ...
 
 
-class LMScorer:
-    """Scores (context, next word) pairs with a loaded model, in bounded-memory chunks.
-
-    ``precision`` is the output layer's (:mod:`lm.output`): ``fp32``, ``bf16`` (a bfloat16 matmul
-    refined to within 1e-3 nats), or ``auto`` (bf16 on CUDA, fp32 elsewhere)."""
+class _ModelScorer:
+    """What every scorer of a loaded model shares: its vocabulary's ids and the output layer's
+    ``precision`` (:mod:`lm.output`): ``fp32``, ``bf16`` (a bfloat16 matmul refined to within
+    1e-3 nats), or ``auto`` (bf16 on CUDA, fp32 elsewhere)."""
 
     def __init__(self, loaded: LoadedModel, max_elements: int = DEFAULT_SCORE_ELEMENTS,
                  precision: str = "auto") -> None:
@@ -48,7 +48,6 @@ class LMScorer:
         self.max_elements = max_elements
         self.precision = resolve_score_precision(precision, loaded.device)
         vocab = loaded.vocab
-        self.context_size: int | None = loaded.config.context_size
         self.bos_id, self.eos_id, self.unk_id = vocab.bos_id, vocab.eos_id, vocab.unk_id
 
     @property
@@ -62,9 +61,58 @@ class LMScorer:
     def known(self, words: Sequence[str]) -> Tensor:
         return torch.tensor([self.loaded.vocab.is_known(w) for w in words], dtype=torch.bool)
 
+
+
+class LMScorer(_ModelScorer):
+    """Scores (context, next word) pairs with a loaded causal model, in bounded-memory chunks."""
+
+    def __init__(self, loaded: LoadedModel, max_elements: int = DEFAULT_SCORE_ELEMENTS,
+                 precision: str = "auto") -> None:
+        if loaded.config.is_window:
+            raise ValueError(f"{loaded.path}: {loaded.config.describe()} is an acausal window model: it scores a "
+                             "word from the words around it, not (context, next word) pairs; use it as a feature "
+                             "(afp rescore --feature NAME=DIR) or score text with it (afp score, afp ppl)")
+        super().__init__(loaded, max_elements, precision)
+        self.context_size: int | None = loaded.config.context_size
+
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         return self.loaded.model.score_contexts(contexts, lengths, targets, target_context,
                                                 max_elements=self.max_elements, precision=self.precision)
+
+
+class WindowScorer(_ModelScorer):
+    """Scores (left, word, right) windows with a loaded acausal window model (:mod:`lm.window`):
+    ``rho`` words before, ``future`` after."""
+
+    def __init__(self, loaded: LoadedModel, max_elements: int = DEFAULT_SCORE_ELEMENTS,
+                 precision: str = "auto") -> None:
+        if not loaded.config.is_window:
+            raise ValueError(f"{loaded.path}: {loaded.config.describe()} is not a window model (train one with "
+                             "afp train --future K)")
+        super().__init__(loaded, max_elements, precision)
+        self.rho: int = loaded.config.rho or 0
+        self.future: int = loaded.config.future
+        self.mask_id: int = loaded.model.mask_id
+
+    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor) -> Tensor:
+        """float32 ``(N,)`` log-probabilities of ``targets: (N,)`` in ``windows: int64 (N, L)``
+        (``valid: bool (N, L)``; column ``rho`` holds the mask), on the model's device."""
+        return self.loaded.model.score_windows(windows, valid, targets, max_elements=self.max_elements,
+                                               precision=self.precision)
+
+
+def window_values(scorer: WindowScorer, sentences: Sequence[Sequence[int]]) -> Tensor:
+    """float64 ``(sum(len + 1),)``: each sentence's terms (its words, then ``</s>``), in order,
+    every distinct (window, word) scored once."""
+    tokens, lengths = sentence_tokens([list(s) for s in sentences], scorer.bos_id, scorer.eos_id)
+    windows, valid, targets, _ = build_windows(tokens, lengths, scorer.rho, scorer.future, scorer.mask_id)
+    rows = torch.cat([torch.where(valid, windows, PAD), targets.unsqueeze(1)], dim=1)
+    if rows.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.float64)
+    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    keys = unique[:, :-1]
+    values = scorer.score_windows(keys.clamp(min=0), keys != PAD, unique[:, -1])
+    return values.to("cpu", torch.float64)[inverse]
 
 
 #: (target, context-slot) numbers one chunk of sentences builds at most (bounds the memory of
@@ -134,7 +182,7 @@ def _chunks(sentences: Iterable[Sequence[str]], context_size: int | None,
         yield group
 
 
-def iter_sentence_scores(scorer: SentenceScorer, sentences: Iterable[Sequence[str]],
+def iter_sentence_scores(scorer: SentenceScorer | WindowScorer, sentences: Iterable[Sequence[str]],
                          max_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Iterator[Tensor]:
     """Token log-probabilities of each sentence (float64 ``(len + 1,)``: its words, then
     ``</s>``), in order, streaming: the one sentence-scoring path of ``afp ppl``, ``afp score``
@@ -147,15 +195,21 @@ def iter_sentence_scores(scorer: SentenceScorer, sentences: Iterable[Sequence[st
     anything with its members (the server's batcher), so every front end gets the same numbers
     for the same model, device and precision. Unknown words are scored as ``<unk>``. A model of
     unbounded context (exact mode) sees each whole prefix; its work grows with the square of a
-    sentence's length.
+    sentence's length. A :class:`WindowScorer` gives a window model's terms instead (each word
+    from the words around it, :mod:`lm.window`): a pseudo-log-likelihood.
     """
-    for group in _chunks(sentences, scorer.context_size, max_elements):
+    window = isinstance(scorer, WindowScorer)
+    width = scorer.rho + 1 + scorer.future if isinstance(scorer, WindowScorer) else scorer.context_size
+    for group in _chunks(sentences, width, max_elements):
         words = [w for s in group for w in s]
         ids = scorer.word_ids(words).tolist() if words else []
         per_sentence, at = [], 0
         for sentence in group:
             per_sentence.append(ids[at:at + len(sentence)])
             at += len(sentence)
+        if window:  # an acausal window model: its terms are pseudo-log-likelihood terms (lm.window)
+            yield from torch.split(window_values(scorer, per_sentence), [len(s) + 1 for s in group])  # type: ignore[arg-type]
+            continue
         contexts, lengths, targets, target_context, _ = sentence_pairs(
             per_sentence, scorer.bos_id, scorer.eos_id, scorer.context_size)
         pairs, pair_of = np.unique(np.stack([target_context.numpy(), targets.numpy()], axis=1), axis=0,
@@ -167,7 +221,7 @@ def iter_sentence_scores(scorer: SentenceScorer, sentences: Iterable[Sequence[st
         yield from torch.split(values, [len(s) + 1 for s in group])
 
 
-def score_sentences(scorer: SentenceScorer, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
+def score_sentences(scorer: SentenceScorer | WindowScorer, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
     """:func:`iter_sentence_scores` as a list."""
     return list(iter_sentence_scores(scorer, sentences))
 
@@ -187,7 +241,7 @@ class UnknownCounter:
         return sum(1 for w in words if not self._known[w])
 
 
-def text_score(scorer: SentenceScorer, sentences: Iterable[Sequence[str]],
+def text_score(scorer: SentenceScorer | WindowScorer, sentences: Iterable[Sequence[str]],
                on_sentence: Callable[[Sequence[str], Tensor], None] | None = None,
                max_elements: int = DEFAULT_CHUNK_ELEMENTS) -> TextScore:
     """Score a text (one sentence per item) with :func:`iter_sentence_scores`, streaming;

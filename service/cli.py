@@ -98,7 +98,7 @@ def _read_text(path: str, keep_empty: bool) -> Iterator[list[str]]:
 # ---------------------------------------------------------------------------- commands
 def cmd_info(args: argparse.Namespace) -> None:
     loaded = _load(args.model, args.device)
-    info = {**loaded.info(), "score_precision": _scorer(loaded, args).precision}
+    info = {**loaded.info(), "score_precision": _scorer(loaded, args, windows=True).precision}
     if args.json:
         print(json.dumps(info))
         return
@@ -114,12 +114,18 @@ def cmd_ppl(args: argparse.Namespace) -> None:
     from lm.scorer import text_score
 
     loaded = _load(args.model, args.device)
-    result = text_score(_scorer(loaded, args), _read_text(args.text, keep_empty=False)).to_json()
+    result = text_score(_scorer(loaded, args, windows=True), _read_text(args.text, keep_empty=False)).to_json()
+    if loaded.config.is_window:  # each word from the words around it: not a sentence probability
+        result["pseudo"] = True
+        result["note"] = (f"pseudo-perplexity of a window model ({loaded.config.rho} words before, "
+                          f"{loaded.config.future} after each word): not comparable with a causal perplexity")
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"ppl {result['ppl']:.2f} over {result['tokens']} tokens in {result['sentences']} sentences "
-              f"({result['oov']} unknown words scored as {loaded.vocab.unk})")
+        name = "pseudo-ppl" if loaded.config.is_window else "ppl"
+        print(f"{name} {result['ppl']:.2f} over {result['tokens']} tokens in {result['sentences']} sentences "
+              f"({result['oov']} unknown words scored as {loaded.vocab.unk})"
+              + (f"; {result['note']}" if loaded.config.is_window else ""))
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -133,7 +139,10 @@ def cmd_score(args: argparse.Namespace) -> None:
             print(f"{sum(values):.4f}\t{' '.join(words)}")
 
     loaded = _load(args.model, args.device)
-    text_score(_scorer(loaded, args), _read_text(args.text, keep_empty=True), on_sentence=show)
+    if loaded.config.is_window and not args.json:
+        print(f"# acausal scores (pseudo-log-likelihoods) of a window model: each word given {loaded.config.rho} "
+              f"words before and {loaded.config.future} after it", file=sys.stderr)
+    text_score(_scorer(loaded, args, windows=True), _read_text(args.text, keep_empty=True), on_sentence=show)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -535,19 +544,25 @@ def _add_score_precision(p: argparse.ArgumentParser) -> None:
                         "; for serve: $AFP_SCORE_PRECISION, else auto)")
 
 
-def _scorer(loaded, args: argparse.Namespace):
+def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
     """The context scorer of a CLI job: ``loaded`` with ``--score-precision`` (and, for ``ppl``
-    and ``score``, ``--max-elements``)."""
+    and ``score``, ``--max-elements``). ``windows``: a window model (``--future``) is scored as
+    one (``ppl``, ``score``); elsewhere it is refused with a message saying what it is."""
     from afp.mixtures import mixed_scorer, parse_interpolate
     from lm.model import DEFAULT_SCORE_ELEMENTS
-    from lm.scorer import LMScorer
+    from lm.scorer import LMScorer, WindowScorer
 
     precision = args.score_precision or "auto"
+    max_elements = getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS
     interpolate = [parse_interpolate(text) for text in getattr(args, "interpolate", None) or []]
-    if interpolate:
-        return mixed_scorer(loaded, precision, interpolate)
-    return LMScorer(loaded, precision=precision,
-                    max_elements=getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS)
+    try:
+        if windows and loaded.config.is_window and not interpolate:
+            return WindowScorer(loaded, precision=precision, max_elements=max_elements)
+        if interpolate:
+            return mixed_scorer(loaded, precision, interpolate)
+        return LMScorer(loaded, precision=precision, max_elements=max_elements)
+    except ValueError as err:
+        raise CLIError(str(err)) from None
 
 
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:

@@ -106,3 +106,39 @@ def test_the_configuration_names_what_a_window_model_needs():
     assert config.describe() == "window 3+2 (AFP-3) gru 1x100" and config.input_vocab_size == 11
     with pytest.raises(ValueError, match="only a window model"):
         make_model(tiny_vocab(), mode="afp", rho=2).mask_id
+
+
+def test_the_command_line_trains_scores_and_describes_a_window_model(tmp_path, capsys):
+    """``afp train --future 2`` trains a window model; ``afp ppl`` reports its pseudo-perplexity
+    (the validation number of training: one computation), ``afp score`` its terms (each the
+    explicit window's), ``afp info`` its future; rescoring with it as the LM is refused."""
+    import json
+
+    from lm.checkpoint import load_checkpoint
+    from service.cli import main
+    from tests.factories import patterned_sentences, write_text
+
+    train = write_text(tmp_path / "train.txt", patterned_sentences(200, seed=1))
+    valid = write_text(tmp_path / "valid.txt", patterned_sentences(30, seed=2))
+    model = tmp_path / "window"
+    assert main(["train", "--train", str(train), "--valid", str(valid), "--out", str(model), "--hidden", "16",
+                 "--rho", "2", "--future", "2", "--epochs", "2", "--batch-size", "16", "--softmax", "full"]) == 0
+    closing = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert main(["ppl", "--model", str(model), "--text", str(valid), "--json"]) == 0
+    ppl = json.loads(capsys.readouterr().out)
+    assert ppl["pseudo"] is True and "pseudo-perplexity" in ppl["note"]
+    assert ppl["ppl"] == pytest.approx(closing["best_valid_ppl"], rel=1e-4)
+    assert main(["score", "--model", str(model), "--text", str(valid), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    loaded = load_checkpoint(model)
+    loaded.model.bos_id_for_test, loaded.model.eos_id_for_test = loaded.vocab.bos_id, loaded.vocab.eos_id
+    for row in rows[:5]:
+        expected = by_hand(loaded.model, loaded.vocab.encode(row["words"]), 2, 2)
+        assert row["token_logprobs"] == pytest.approx(expected, abs=1e-4)
+    assert main(["info", "--model", str(model), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["future"] == 2 and info["scores"].startswith("acausal")
+    lattice = tmp_path / "lat.txt"
+    lattice.write_text("u\n0 1 the 1,1,\n1 2 cat 1,1,\n2\n\n")
+    assert main(["rescore", "--model", str(model), str(lattice)]) == 2
+    assert "is an acausal window model" in capsys.readouterr().err
