@@ -33,6 +33,7 @@ not from a step per level.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ class Expansion:
       arc_lm_word: int64 ``(X,)`` model id the arc's word is scored as, ``PAD`` for skipped symbols.
       finals: int64 ``(G,)`` expanded states whose original state is final.
       final_orig: int64 ``(G,)`` index into ``lattice.finals`` of each.
+      future, state_future: a two-sided expansion's (:func:`expand_two_sided`) right context:
+        int64 ``(E, future)``, the next ``future`` LM tokens after each state in reading order,
+        left-aligned, ``</s>``'s id where the sentence ends within reach, ``PAD`` after it (and
+        everywhere for the start state, which no arc enters); None for a one-sided expansion.
     """
 
     lattice: Lattice
@@ -91,6 +96,8 @@ class Expansion:
     arc_lm_word: Tensor
     finals: Tensor
     final_orig: Tensor
+    future: int = 0
+    state_future: Tensor | None = None
 
     @property
     def num_states(self) -> int:
@@ -290,3 +297,102 @@ def _expansion(lattice: Lattice, rho: int, arc_word: np.ndarray, state_orig: np.
         lattice=lattice, rho=rho, state_orig=tensor(state_orig), state_history=tensor(state_history),
         src=tensor(src[order]), dst=tensor(dst[order]), arc_orig=tensor(arc_orig),
         arc_lm_word=tensor(arc_word[arc_orig]), finals=tensor(finals), final_orig=tensor(final_position[state_orig[finals]]))
+
+
+def expand_two_sided(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, future: int, bos_id: int,
+                     eos_id: int, max_arcs: int | None = None, deadline: float | None = None) -> Expansion:
+    """Expand ``lattice`` so that every state knows its last ``rho`` LM tokens *and* its next
+    ``future`` ones: each word arc then has exactly one (left, word, right) window, as an acausal
+    window model (:mod:`lm.window`) needs, and each path of the lattice is exactly one path here.
+
+    The left expansion (:func:`expand`) gives each state its histories; the same expansion of the
+    reversed lattice (a new start with an epsilon arc to every final state, ``eos_id`` starting
+    every history) gives it its futures; their product, joined on the original arcs, gives the
+    states ``(q, history, future)`` and, for every original arc ``q -> q'`` with word ``w``, one
+    arc per (history at ``q``, future at ``q'``), from ``(q, h, w + f')`` to ``(q', h + w, f')``
+    (a skipped symbol moves neither). The start state's future is left unset (no arc enters it,
+    so nothing reads it): one start state. A state is final when its original state is final and
+    its future is ``[</s>]``: the path ends there. ``max_arcs`` bounds the product's arcs
+    (:class:`ExpansionTooLarge`, checked before they are built).
+
+    Args and the other fields as :func:`expand`; ``future >= 1``.
+    """
+    if future < 1:
+        raise ValueError(f"future must be at least 1, got {future}")
+    left = expand(lattice, lm_word_of_symbol, rho, bos_id, None, deadline)
+    right = expand(_reversed(lattice), lm_word_of_symbol, future, eos_id, None, deadline)
+    n, a = lattice.num_states, lattice.num_arcs
+    l_src, l_dst, l_orig = (t.cpu().numpy() for t in (left.src, left.dst, left.arc_orig))
+    r_src, r_dst, r_orig = (t.cpu().numpy() for t in (right.src, right.dst, right.arc_orig))
+    keep = r_orig < a  # the reversed lattice's own arcs (not the epsilons from its new start)
+    r_src, r_dst, r_orig = r_src[keep], r_dst[keep], r_orig[keep]
+    # join on the original arc: every L arc of arc a with every R arc of arc a
+    l_order, r_order = np.argsort(l_orig, kind="stable"), np.argsort(r_orig, kind="stable")
+    l_count = np.bincount(l_orig, minlength=a)
+    r_count = np.bincount(r_orig, minlength=a)
+    pairs_per_arc = l_count * r_count
+    total = int(pairs_per_arc.sum())
+    if max_arcs is not None and total > max_arcs:
+        raise ExpansionTooLarge(lattice.key, max_arcs, total, rho)
+    check_deadline(deadline)
+    l_first = np.concatenate([[0], np.cumsum(l_count)[:-1]])
+    r_first = np.concatenate([[0], np.cumsum(r_count)[:-1]])
+    arc_of_pair = np.repeat(np.arange(a), pairs_per_arc)
+    within = np.arange(total) - np.repeat(np.cumsum(pairs_per_arc) - pairs_per_arc, pairs_per_arc)
+    r_width = r_count[arc_of_pair]
+    li = l_order[l_first[arc_of_pair] + within // np.maximum(r_width, 1)]
+    ri = r_order[r_first[arc_of_pair] + within % np.maximum(r_width, 1)]
+    # the product arc: from (L src, R dst) to (L dst, R src); the start's R side is unset (-1)
+    l_state_orig = left.state_orig.cpu().numpy()
+    src_left, dst_left = l_src[li], l_dst[li]
+    src_right = np.where(l_state_orig[src_left] == lattice.start, -1, r_dst[ri])
+    dst_right = r_src[ri]
+    keys = np.concatenate([np.stack([src_left, src_right], 1), np.stack([dst_left, dst_right], 1),
+                           np.array([[0, -1]], dtype=np.int64)])  # left state 0 is the start
+    states, inverse = unique_rows_np(keys)
+    # states in topological order: by their original state's level, the start first
+    levels = lattice.levels.cpu().numpy()
+    level = levels[l_state_orig[states[:, 0]]]
+    order = np.lexsort((states[:, 1], states[:, 0], level))
+    rank = np.empty(states.shape[0], dtype=np.int64)
+    rank[order] = np.arange(states.shape[0])
+    states = states[order]
+    src, dst = rank[inverse[:total]], rank[inverse[total: 2 * total]]
+    state_orig = l_state_orig[states[:, 0]]
+    history = left.state_history.cpu().numpy()[states[:, 0]]
+    r_history = right.state_history.cpu().numpy()
+    future_rows = np.full((states.shape[0], future), PAD, dtype=np.int64)
+    has = states[:, 1] >= 0
+    future_rows[has] = r_history[states[has, 1]][:, ::-1]  # right-aligned, nearest last: reversed, left-aligned
+    arc_word = lm_word_of_symbol.cpu().numpy()[lattice.words.cpu().numpy()]
+    expansion = _expansion(lattice, rho, arc_word, state_orig, history, src, dst, arc_of_pair)
+    ends = np.zeros(states.shape[0], dtype=bool)
+    ends[expansion.finals.cpu().numpy()] = True
+    ended = (future_rows[:, 0] == eos_id) & ((future_rows[:, 1:] == PAD).all(axis=1) if future > 1 else True)
+    finals = np.flatnonzero(ends & (ended | ~has))
+    final_position = np.full(n, -1, dtype=np.int64)
+    final_position[lattice.finals.cpu().numpy()] = np.arange(lattice.finals.shape[0])
+    device = lattice.device
+
+    def tensor(values: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(device)
+
+    return dataclasses.replace(expansion, finals=tensor(finals), final_orig=tensor(final_position[state_orig[finals]]),
+                               future=future, state_future=tensor(future_rows))
+
+
+def _reversed(lattice: Lattice) -> Lattice:
+    """The lattice read backwards, for :func:`expand_two_sided`: arc ``i`` from ``dst[i]`` to
+    ``src[i]`` with the same word, then from a new start (state ``num_states``) an epsilon arc
+    to every final state; the one final state is the old start. Scores are zero (unused)."""
+    n, a = lattice.num_states, lattice.num_arcs
+    finals = lattice.finals.cpu()
+    f = finals.shape[0]
+    src = torch.cat([lattice.dst.cpu(), torch.full((f,), n, dtype=torch.int64)])
+    dst = torch.cat([lattice.src.cpu(), finals])
+    words = torch.cat([lattice.words.cpu(), torch.zeros(f, dtype=torch.int64)])
+    zeros = torch.zeros(a + f, dtype=torch.float64)
+    return Lattice(key=lattice.key, num_states=n + 1, start=n, src=src, dst=dst, words=words, acoustic=zeros,
+                   graph=zeros, finals=torch.tensor([lattice.start], dtype=torch.int64),
+                   final_acoustic=torch.zeros(1, dtype=torch.float64), final_graph=torch.zeros(1, dtype=torch.float64),
+                   symbols=lattice.symbols)
