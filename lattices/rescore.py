@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from lattices.kbest import search_distinct
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, WeightError, score_lattice
-from lattices.scorer import ContextScorer
+from lattices.scorer import ContextScorer, WindowScorer
 from lattices.search import Dag, segment_logsumexp
 
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
@@ -293,28 +293,32 @@ def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: fl
 
 
 def rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions = RescoreOptions(),
-            device: torch.device | str | None = None, old_lm: ContextScorer | None = None) -> list[RescoreResult]:
+            device: torch.device | str | None = None, old_lm: ContextScorer | None = None,
+            features: Mapping[str, WindowScorer] | None = None) -> list[RescoreResult]:
     """Rescore one lattice exactly; one result per LM weight in ``options.lm_weights``.
 
     ``old_lm``: a scorer of the first-pass LM to subtract exactly (see :mod:`lattices.scored`).
+    ``features``: acausal window models by name, each a named score weighted by
+    ``options.score_weights`` (:func:`lattices.scored.score_lattice`).
     Raises :class:`~lattices.expand.ExpansionTooLarge` over the budget unless ``auto_prune``."""
     started = time.perf_counter()
-    scored = score_for_options(lattice, scorer, options, device, old_lm)
+    scored = score_for_options(lattice, scorer, options, device, old_lm, features)
     return rescore_scored(scored, options, started)
 
 
 def score_for_options(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions,
-                      device: torch.device | str | None = None, old_lm: ContextScorer | None = None) -> ScoredLattice:
+                      device: torch.device | str | None = None, old_lm: ContextScorer | None = None,
+                      features: Mapping[str, WindowScorer] | None = None) -> ScoredLattice:
     """Prune (as asked), expand and score once: the weight-independent part of rescoring, pruning
     further when ``auto_prune`` is set and the expansion is over its budget."""
     try:
-        return _score(lattice, scorer, options, device, old_lm)
+        return _score(lattice, scorer, options, device, old_lm, features)
     except ExpansionTooLarge:
         if not options.auto_prune or options.prune_beam is not None:
             raise
     for beam in AUTO_PRUNE_BEAMS:
         try:
-            return _score(lattice, scorer, dataclasses.replace(options, prune_beam=beam), device, old_lm)
+            return _score(lattice, scorer, dataclasses.replace(options, prune_beam=beam), device, old_lm, features)
         except ExpansionTooLarge:
             if beam == AUTO_PRUNE_BEAMS[-1]:
                 raise
@@ -322,7 +326,7 @@ def score_for_options(lattice: Lattice, scorer: ContextScorer, options: RescoreO
 
 
 def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: torch.device | str | None,
-           old_lm: ContextScorer | None) -> ScoredLattice:
+           old_lm: ContextScorer | None, features: Mapping[str, WindowScorer] | None = None) -> ScoredLattice:
     if scorer.context_size is None:
         raise ValueError("the model has an unbounded context (an exact RNN): exact lattice expansion needs an "
                          "AFP-rho or n-gram model")
@@ -330,11 +334,13 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     acoustic_scale, word_penalty = options.scales_for(lattice)
     pruned_report = None
     if options.prune_beam is not None:  # beam 0 keeps the best path(s) only
+        own = tuple((k, v) for k, v in options.score_weights if k not in (features or {}))  # the input's scores
         lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words,
-                                       options.deadline, options.score_weights)
+                                       options.deadline, own)
     return score_lattice(lattice, scorer, old_lm=old_lm, old_lm_score=options.old_lm_score,
                          acoustic_scale=acoustic_scale, word_penalty=word_penalty, skip=options.skip_words,
-                         max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report)
+                         max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report,
+                         features=features)
 
 
 def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: float | None = None) -> list[RescoreResult]:

@@ -45,10 +45,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, lattice_word_map
+from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, expand_two_sided, lattice_word_map
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import unique_rows
-from lattices.scorer import ContextScorer
+from lattices.scorer import ContextScorer, WindowScorer
 from lattices.search import Dag
 
 DEFAULT_ACOUSTIC_SCALE = 0.1
@@ -191,10 +191,11 @@ class ScoredLattice:
         """The first-pass setting: no new LM, and the recogniser's own combination where the input
         tells it (penalty 0); else the same named weights and penalty with the old LM in full."""
         named, old = self.recogniser_weights()
-        if old is not None and set(named) == set(self.named):
-            return Weights(lm_weight=0.0, old_lm_weight=old, word_penalty=0.0, score_weights=named)
+        off = {name: 0.0 for name in self.stats.get("features", ())}  # the features are not the first pass's
+        if old is not None and set(named) | set(off) == set(self.named):
+            return Weights(lm_weight=0.0, old_lm_weight=old, word_penalty=0.0, score_weights={**named, **off})
         return Weights(lm_weight=0.0, old_lm_weight=1.0, word_penalty=weights.word_penalty,
-                       score_weights=weights.score_weights)
+                       score_weights={**weights.score_weights, **off})
 
     def column(self, name: str) -> int:
         return self.names.index(name)
@@ -260,25 +261,74 @@ def _check_predicted(expansion: Expansion, arc_lm: Tensor) -> None:
         key=lattice.key, field="words")
 
 
+def window_scores(expansion: Expansion, feature: WindowScorer, model_ids: Tensor,
+                  eos: int) -> tuple[Tensor, Tensor, dict[str, int]]:
+    """A window model's log-probabilities of every expanded arc's word given its window (the
+    ``rho`` tokens before it, from the arc's source state, and the ``future`` after it, from its
+    destination state: a two-sided expansion's) and of ``</s>`` at every expanded final state
+    (nothing after it); each distinct (window, word) is scored once.
+
+    Args:
+      expansion: from :func:`lattices.expand.expand_two_sided` with at least the feature's widths.
+      model_ids: :func:`_model_ids` of the feature, with ``</s>`` (``eos``, the expansion's id
+        of it) appended.
+    Returns float64 ``(X,)``, float64 ``(G,)`` and counts (scored windows).
+    """
+    assert expansion.state_future is not None and expansion.future >= feature.future
+    assert expansion.rho >= feature.rho
+    device = expansion.src.device
+    scored = (expansion.arc_lm_word != PAD).nonzero().squeeze(1)
+    rho, future = feature.rho, feature.future
+
+    def ids(rows: Tensor) -> Tensor:
+        return torch.where(rows == PAD, PAD, model_ids[rows.clamp(min=0)])
+
+    left = ids(torch.cat([expansion.state_history[expansion.src[scored]],
+                          expansion.state_history[expansion.finals]])[:, expansion.rho - rho:])
+    g = expansion.finals.shape[0]
+    right = torch.cat([ids(expansion.state_future[expansion.dst[scored]][:, :future]),
+                       torch.full((g, future), PAD, dtype=torch.int64, device=device)])
+    mask = torch.full((left.shape[0], 1), feature.mask_id, dtype=torch.int64, device=device)
+    targets = torch.cat([model_ids[expansion.arc_lm_word[scored]],
+                         torch.full((g,), feature.eos_id, dtype=torch.int64, device=device)])
+    rows = torch.cat([left, mask, right, targets.unsqueeze(1)], dim=1)
+    unique, inverse = unique_rows(rows)
+    windows = unique[:, :-1]
+    values = feature.score_windows(windows.clamp(min=0), windows != PAD, unique[:, -1])
+    values = values.to(device=device, dtype=torch.float64)[inverse]
+    arc = torch.zeros(expansion.num_arcs, dtype=torch.float64, device=device)
+    arc[scored] = values[: scored.shape[0]]
+    _check_predicted(expansion, arc)
+    return arc, values[scored.shape[0]:], {"scored_windows": int(unique.shape[0])}
+
+
 def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextScorer | None = None,
                   old_lm_score: str | None = None, acoustic_scale: float, word_penalty: float,
                   skip: frozenset[str] = DEFAULT_SKIP, max_arcs: int | None = None,
-                  deadline: float | None = None, pruned: dict[str, Any] | None = None) -> ScoredLattice:
+                  deadline: float | None = None, pruned: dict[str, Any] | None = None,
+                  features: Mapping[str, WindowScorer] | None = None) -> ScoredLattice:
     """Expand ``lattice`` to the order of its scorers and compute every component of every arc.
 
     Args:
       scorer: the new LM (finite context).
       old_lm: optional scorer of the old LM to subtract exactly (see the module docstring).
+      features: acausal window models (:class:`~lattices.scorer.WindowScorer`) by name: each
+        adds the named score ``name``, its log-probability of each word given the words around
+        it (and of ``</s>``), summed along a path (a pseudo-log-likelihood). With any, the
+        lattice is expanded both ways (:func:`lattices.expand.expand_two_sided`) to the widest
+        left context of all the models and the widest future of the features.
       old_lm_score: which named score is the old LM (default ``lm``, else ``graph``).
       acoustic_scale, word_penalty: the defaults of ``w_acoustic`` and the word penalty.
       max_arcs, deadline: the expansion's budget and time limit.
     Raises :class:`LatticeFormatError` for a lattice word a scorer gives probability 0 (a symbol
     the model never predicts, such as ``#1``, that ``skip`` does not skip).
     """
+    features = dict(features or {})
     sizes = [s.context_size for s in (scorer, old_lm) if s is not None]
     if any(size is None for size in sizes):
         raise ValueError("the model has an unbounded context (an exact RNN): exact lattice expansion needs an "
                          "AFP-rho or n-gram model")
+    sizes += [f.rho for f in features.values()]
     timing: dict[str, float] = {}
     device = lattice.device
     symbols = lattice.symbols
@@ -286,7 +336,11 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
     identity = lattice_word_map(lattice, skip)  # reads the used symbols only, never the whole table
     used = torch.unique(lattice.words)
     tick = time.perf_counter()
-    expansion = expand(lattice, identity, max(sizes), bos, max_arcs, deadline)  # type: ignore[arg-type]
+    if features:
+        expansion = expand_two_sided(lattice, identity, max(sizes), max(f.future for f in features.values()),  # type: ignore[arg-type]
+                                     bos, bos + 1, max_arcs, deadline)
+    else:
+        expansion = expand(lattice, identity, max(sizes), bos, max_arcs, deadline)  # type: ignore[arg-type]
     timing["expand"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
@@ -306,6 +360,15 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
         zero = torch.zeros(0, dtype=torch.float64, device=device)
         old_arc, old_final = columns.pop(old_name) if old_name is not None else (
             zero.new_zeros(expansion.num_arcs), zero.new_zeros(expansion.finals.shape[0]))
+    for name, feature in features.items():
+        if name in columns or name == old_name:
+            raise ScoreNameError(f"lattice {lattice.key!r}: feature {name!r} has the name of one of its scores "
+                                 f"({', '.join(named_scores)}): name it otherwise", "features")
+        ids = torch.cat([_model_ids(symbols, used, feature, device),
+                         torch.tensor([feature.eos_id], dtype=torch.int64, device=device)])
+        feature_arc, feature_final, feature_counts = window_scores(expansion, feature, ids, bos + 1)
+        columns[name] = (feature_arc, feature_final)
+        counts[f"{name}_windows"] = feature_counts["scored_windows"]
     timing["score"] = time.perf_counter() - tick
 
     known = torch.zeros(len(symbols), dtype=torch.bool)
@@ -326,6 +389,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
     oov = sorted({symbols[i] for i in lm_symbols if not bool(known[i])})
     stats = {"expanded_states": expansion.num_states, "expanded_arcs": expansion.num_arcs,
              "lattice_states": lattice.num_states, "lattice_arcs": lattice.num_arcs, "rho": expansion.rho,
+             "future": expansion.future, "features": list(features),
              "oov": len(oov), "oov_words": oov[:50], "oov_share": len(oov) / max(1, len(lm_symbols)),
              "old_lm_score": "old-lm scorer" if old_lm is not None else old_name, **counts}
     return ScoredLattice(lattice=lattice, expansion=expansion, names=names, arc_parts=arc_parts,

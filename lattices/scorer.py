@@ -57,3 +57,40 @@ class ContextScorer(Protocol):
           float ``(M,)``.
         """
         ...
+
+
+@runtime_checkable
+class WindowScorer(Protocol):
+    """An acausal window model seen from the lattice engine (a rescoring *feature*): it scores a
+    word from the ``rho`` LM tokens before it and the ``future`` after it, the word itself masked
+    (:mod:`lm.window`; the LM's implementation is :class:`lm.scorer.WindowScorer`).
+
+    Attributes:
+      rho, future: the window's left and right widths.
+      bos_id, eos_id, unk_id, mask_id: ids of ``<s>``, ``</s>``, ``<unk>`` and the mask input.
+    """
+
+    rho: int
+    future: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+    mask_id: int
+
+    def word_ids(self, words: Sequence[str]) -> Tensor:
+        """int64 ``(len(words),)``: the model's id of each word (unknown words -> its ``<unk>`` id)."""
+        ...
+
+    def known(self, words: Sequence[str]) -> Tensor:
+        """bool ``(len(words),)``: False for the words scored as ``<unk>``."""
+        ...
+
+    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor) -> Tensor:
+        """float ``(N,)``: log-probability of each target given its window.
+
+        Args:
+          windows: int64 ``(N, rho + 1 + future)`` model ids, ``mask_id`` in column ``rho``.
+          valid: bool ``(N, rho + 1 + future)``: false where the window falls outside the sentence.
+          targets: int64 ``(N,)``.
+        """
+        ...

@@ -1,0 +1,65 @@
+"""An acausal window model as a rescoring feature: every returned hypothesis's ``scores[name]``
+is exactly ``afp score`` of its words with that model (right context and ``</s>`` included), on
+random lattices and n-best lists, beside the causal LM whose scores it leaves unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
+from lattices.rescore import RescoreOptions, rescore
+from lm.checkpoint import load_checkpoint
+from lm.scorer import LMScorer, WindowScorer, score_sentences
+from tests.factories import WORDS, random_lattice, saved_model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("acausal")
+    causal = LMScorer(load_checkpoint(saved_model(root / "causal", cell="gru", rho=2)), precision="fp32")
+    windows = {k: WindowScorer(load_checkpoint(saved_model(root / f"window{k}", cell="gru", rho=r, future=k, seed=k)),
+                               precision="fp32")
+               for r, k in ((2, 1), (1, 3))}
+    return causal, windows
+
+
+def check_exact(results, causal, features) -> None:
+    for result in results:
+        assert result.nbest
+        for hyp in result.nbest:
+            for name, feature in features.items():
+                expected = float(score_sentences(feature, [hyp.words])[0].sum())
+                assert hyp.scores[name] == pytest.approx(expected, abs=1e-3), (name, hyp.words)
+            assert hyp.lm_logprob == pytest.approx(float(score_sentences(causal, [hyp.words])[0].sum()), abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_hypothesis_of_a_lattice_has_its_exact_acausal_score(models, seed):
+    causal, windows = models
+    lattice = random_lattice(seed, num_states=7, extra_arcs=6, symbols=("<eps>", *WORDS[:6], "!SIL", "zork"))
+    features = {"acausal": windows[1], "wide": windows[3]}
+    options = RescoreOptions(nbest=40, score_weights=(("acausal", 0.5), ("wide", 0.25)), old_lm_weight=1.0)
+    results = rescore(lattice, causal, options, features=features)
+    check_exact(results, causal, features)
+    assert results[0].stats["future"] == 3 and results[0].stats["acausal_windows"] > 0
+    plain = rescore(lattice, causal, RescoreOptions(nbest=40, old_lm_weight=1.0))
+    assert plain[0].stats["expanded_arcs"] <= results[0].stats["expanded_arcs"]
+
+
+def test_an_nbest_list_and_the_first_pass_without_the_feature(models):
+    causal, windows = models
+    hyps = (("the", "cat", "sat"), ("the", "cat"), ("a", "cat", "sat", "down"), ("the", "dog", "sat"), ())
+    nbest = NBestList("u", tuple(NBestHypothesis(h, {"decoder": -1.0 - i, "lm": -5.0 - i}) for i, h in enumerate(hyps)))
+    features = {"acausal": windows[1]}
+    options = RescoreOptions(nbest=10, score_weights=(("acausal", 3.0), ("decoder", 1.0)), old_lm_weight=1.0)
+    results = rescore(nbest_to_lattice(nbest), causal, options, features=features)
+    check_exact(results, causal, features)
+    assert len(results[0].nbest) == len(hyps)
+    assert results[0].first_pass.words == list(hyps[0])  # the recogniser's own 1-best, whatever the feature says
+
+
+def test_a_feature_may_not_take_the_name_of_a_score(models):
+    causal, windows = models
+    nbest = NBestList("u", (NBestHypothesis(("the", "cat"), {"decoder": -1.0}),))
+    with pytest.raises(ValueError, match="feature 'decoder' has the name of one of its scores"):
+        rescore(nbest_to_lattice(nbest), causal, RescoreOptions(), features={"decoder": windows[1]})
