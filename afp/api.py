@@ -15,12 +15,13 @@ the command line and the server use (:func:`lm.scorer.text_score` for sentences,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from afp.defaults import default_model_dir
+from afp.features import load_features
 from afp.jobs import Failure, iter_lattices, rescore_all
 from afp.mixtures import mixed_scorer
 from afp.symbols import read_words_txt
@@ -86,6 +87,7 @@ class Model:
     def __init__(self, loaded: LoadedModel, score_precision: str = "auto",
                  interpolate: Sequence[tuple[str, float]] = ()) -> None:
         self.loaded = loaded
+        self.score_precision = score_precision
         self.scorer: ContextScorer = mixed_scorer(loaded, score_precision, interpolate)
 
     @property
@@ -113,7 +115,8 @@ class Model:
 
     def rescore(self, inputs: Input | Sequence[Input], *, format: str = "auto", words: str | Path | None = None,
                 old_lm: str | Path | ContextScorer | None = None, workers: int = 1,
-                weights: str | Path | None = None, **options: Any) -> list[list[RescoreResult]]:
+                weights: str | Path | None = None, features: Mapping[str, Any] | None = None,
+                **options: Any) -> list[list[RescoreResult]]:
         """Rescore lattices or n-best lists exactly (``afp rescore``); one list per lattice, with a
         :class:`~lattices.rescore.RescoreResult` per LM weight (``.best.words``, ``.best.score``,
         ``.nbest``...).
@@ -126,6 +129,8 @@ class Model:
           words: a ``words.txt`` for integer word ids.
           old_lm: the ARPA file (or scorer) of the old LM, subtracted exactly (``--old-lm``).
           workers: lattices rescored at a time, their scoring merged (``--workers``).
+          features: acausal window models by name (``--feature NAME=DIR``): a model directory or
+            a :class:`lm.scorer.WindowScorer` each; weight them with ``score_weights``.
           weights: a weights file of ``afp tune --save`` (``--weights``); it sets the weights, so
             give it or weight options, not both.
           options: :func:`rescore_options`.
@@ -143,9 +148,12 @@ class Model:
         symbols = read_words_txt(words) if words is not None else None
         lattices = _lattices(inputs if isinstance(inputs, (list, tuple)) else [inputs], format, symbols)
         scorer = _old_lm(old_lm)
+        models = {name: f for name, f in (features or {}).items() if not isinstance(f, (str, Path))}
+        models.update(load_features({name: f for name, f in (features or {}).items() if isinstance(f, (str, Path))},
+                                    str(self.loaded.device), self.score_precision))
         out = []
         for outcome in rescore_all(lattices, self.scorer, settings, device=self.loaded.device.type, progress=False,
-                                   old_lm=scorer, workers=workers):
+                                   old_lm=scorer, workers=workers, features=models):
             if isinstance(outcome, Failure):
                 raise RescoreFailed(outcome.key, outcome.message)
             out.append(outcome)

@@ -15,7 +15,7 @@ Cuts whose supervisions carry text are scored against it (:mod:`afp.wer`). The s
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from afp.wer import WerStats, cut_reference, word_errors
 from lattices.formats import read_lattice_file
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreOptions
-from lattices.scorer import ContextScorer
+from lattices.scorer import ContextScorer, WindowScorer
 
 
 class CutLatticeError(ValueError):
@@ -57,11 +57,11 @@ def _lattice_for(cut: Any, base: Path, symbols: Sequence[str] | None, cache: dic
 def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextScorer, options: RescoreOptions,
                  symbols: Sequence[str] | None = None, device: str | None = None, progress: bool | None = None,
                  old_lm: ContextScorer | None = None, warn: Callable[[str], None] | None = None, workers: int = 1,
-                 batch_pairs: int = 262_144) -> dict[str, Any]:
+                 batch_pairs: int = 262_144, features: Mapping[str, WindowScorer] | None = None) -> dict[str, Any]:
     """Rescore every cut's lattice, write the CutSet with hypotheses, return a summary with WER.
 
     The lattices go through :func:`afp.jobs.rescore_all`, the job code of ``afp rescore`` (the
-    same options, ``old_lm``, every LM weight, ``workers``, the unknown-word warning): a cut whose
+    same options, ``old_lm``, ``features``, every LM weight, ``workers``, the unknown-word warning): a cut whose
     lattice cannot be read or rescored gets ``custom["rescore"] = {"error": ...}`` and no
     hypothesis, and the job goes on. Each cut gets ``custom["hypothesis"]`` (the first LM
     weight's 1-best) and, with several weights, ``custom["hypotheses"]`` (``{"%g" % weight:
@@ -102,6 +102,7 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
             yield lattice
 
     for outcome in rescore_all(lattices(), scorer, options, device=device, progress=progress, old_lm=old_lm,
+                               features=features,
                                warn=warn, workers=workers, batch_pairs=batch_pairs):
         cut = fed.popleft()
         if isinstance(outcome, Failure):

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from lattices.expand import ExpansionTooLarge
 from lattices.formats import read_lattice_file, read_lattices, write_lattices
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import RescoreOptions, RescoreResult, rescore
-from lattices.scorer import ContextScorer
+from lattices.scorer import ContextScorer, WindowScorer
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -152,10 +152,12 @@ class Failure:
 def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: RescoreOptions,
                 device: str | None = None, progress: bool | None = None, old_lm: ContextScorer | None = None,
                 warn: Callable[[str], None] | None = None, workers: int = 1,
-                batch_pairs: int = 262_144) -> Iterator[list[RescoreResult] | Failure]:
+                batch_pairs: int = 262_144,
+                features: Mapping[str, WindowScorer] | None = None) -> Iterator[list[RescoreResult] | Failure]:
     """Rescore lattice after lattice (one result per LM weight each), in input order, with a
     progress bar. A lattice that cannot be rescored yields a :class:`Failure` and the job goes on.
     ``warn`` is called once per job when a lattice's words are mostly unknown to the model.
+    ``old_lm`` and ``features`` (acausal window models by name) as in :func:`lattices.rescore.rescore`.
 
     ``workers > 1`` rescores that many lattices at a time in threads (parsing stays in the caller:
     ``lattices`` is read ahead by at most ``2 * workers``, so memory stays bounded however long
@@ -170,23 +172,25 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
     stream = tqdm(lattices, desc="rescoring", unit="lattice", disable=not show)
     if workers <= 1:
         outcomes: Iterator[list[RescoreResult] | Failure] = (
-            _rescore_one(lattice, scorer, options, device, old_lm) for lattice in stream)
+            _rescore_one(lattice, scorer, options, device, old_lm, features) for lattice in stream)
         yield from _warn_once(outcomes, warn, scorer)
         return
     from afp.batching import BatchingScorer
 
     batcher = BatchingScorer(scorer, enabled=True, max_pairs=batch_pairs)
     try:
-        work = functools.partial(_rescore_one, scorer=batcher, options=options, device=device, old_lm=old_lm)
+        work = functools.partial(_rescore_one, scorer=batcher, options=options, device=device, old_lm=old_lm,
+                                 features=features)
         yield from _warn_once(_in_order(stream, work, workers), warn, scorer)
     finally:
         batcher.close()
 
 
 def _rescore_one(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: str | None,
-                 old_lm: ContextScorer | None) -> list[RescoreResult] | Failure:
+                 old_lm: ContextScorer | None,
+                 features: Mapping[str, WindowScorer] | None = None) -> list[RescoreResult] | Failure:
     try:
-        return rescore(lattice, scorer, options, device=device, old_lm=old_lm)
+        return rescore(lattice, scorer, options, device=device, old_lm=old_lm, features=features)
     except (ExpansionTooLarge, LatticeFormatError) as err:  # this lattice only; the job goes on
         return Failure(lattice.key, str(err))
 

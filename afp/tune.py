@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from torch import Tensor
 from lattices.expand import PAD
 from lattices.rescore import RescoreOptions, first_pass_best, rescore_scored, score_for_options
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, TAIL, ScoredLattice, Weights, component_vector
-from lattices.scorer import ContextScorer
+from lattices.scorer import ContextScorer, WindowScorer
 from afp.wer import WerStats, match_references, word_errors
 
 GRID_NAMES = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
@@ -116,9 +116,12 @@ class Tuner:
     n-best lists, for a baseline tuned the same way)."""
 
     def __init__(self, scorer: ContextScorer | None, options: RescoreOptions, refs: dict[str, list[str]],
-                 device: str | None = None, old_lm: ContextScorer | None = None, mbr: bool = False) -> None:
-        """``mbr``: also prepare MBR decoding (hypothesis distances) whatever ``options.decode`` says."""
+                 device: str | None = None, old_lm: ContextScorer | None = None, mbr: bool = False,
+                 features: Mapping[str, WindowScorer] | None = None) -> None:
+        """``mbr``: also prepare MBR decoding (hypothesis distances) whatever ``options.decode`` says.
+        ``features``: acausal window models by name (named scores the joint search tunes)."""
         self.scorer, self.options, self.refs, self.device, self.old_lm = scorer, options, refs, device, old_lm
+        self.features = dict(features or {})
         self.want_mbr = mbr or options.decode == "mbr"
         self.utterances: list[_Utterance] = []
         self.names: tuple[str, ...] | None = None
@@ -139,7 +142,7 @@ class Tuner:
         lattices = list(lattices)
         refs = match_references(self.refs, [lattice.key for lattice in lattices])
         for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
-            scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm)
+            scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
             self._check_names(scored.names, lattice.key)
             labels = torch.where(scored.expansion.arc_lm_word != PAD,
                                  scored.lattice.words[scored.expansion.arc_orig], -1)
@@ -385,10 +388,11 @@ def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[di
 
     names = tuner.names or ()
     named = tuner.options.named_weights(names)
-    scores = [n for n in names[: -len(TAIL)] if n != "acoustic" or "acoustic" in named]
+    scores = [n for n in names[: -len(TAIL)] if (n != "acoustic" or "acoustic" in named) and n not in tuner.features]
     start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0,
                                "unk_penalty": tuner.options.unk_penalty,
-                               **{f"score:{n}": named.get(n, 1.0) for n in scores}}
+                               **{f"score:{n}": named.get(n, 1.0) for n in scores},
+                               **{f"score:{n}": 0.0 for n in tuner.features}}  # the first pass has no features
     tables = [u for u in tuner.utterances if u.hyp_parts is not None]
     if not tables:
         return start, float("nan")
@@ -462,8 +466,8 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
     """Search every weight jointly (:mod:`afp.mert`) from the first pass's own point; the JSON
     report of ``afp tune --json``.
 
-    Coordinates: ``lm_weight``, ``old_lm_weight``, ``word_penalty``, ``unk_penalty`` and the
-    named scores of ``tune_scores``. The search starts at :func:`first_pass_point`, so the tuned
+    Coordinates: ``lm_weight``, ``old_lm_weight``, ``word_penalty``, ``unk_penalty``, the
+    named scores of ``tune_scores`` and the tuner's features (acausal window models, from 0). The search starts at :func:`first_pass_point`, so the tuned
     WER on the tuning set is never above that point's. Reported: the first pass's WER (its 1-best),
     the start point's, the tuned point's and its significance against the first pass; the
     cross-validated WER (``folds``-fold: each fold decoded with the weights tuned on the others,
@@ -488,7 +492,7 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
     if unknown:
         raise ValueError(f"--tune-score-weights: no score named {', '.join(unknown)}; the scores are "
                          f"{', '.join(names[: -len(TAIL)])}")
-    coords = [*mert.BASE, *(f"score:{n}" for n in tune_scores)]
+    coords = [*mert.BASE, *(f"score:{n}" for n in dict.fromkeys([*tune_scores, *tuner.features]))]
     started = time.perf_counter()
     start, agreement = first_pass_point(tuner, seed=seed)
     bar = tqdm(desc="tuning (line searches)", unit="search", disable=not progress)

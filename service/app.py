@@ -221,7 +221,14 @@ def _load_runtime(settings: Settings, metrics: Metrics):
         from afp.weights import TunedWeights
 
         weights = TunedWeights.read(settings.weights)
-    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm, weights=weights)
+    features = {}
+    if settings.features:
+        from afp.features import load_features, parse_features
+
+        features = load_features(parse_features(part.strip() for part in settings.features.split(",") if part.strip()),
+                                 str(loaded.device), settings.score_precision)
+    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm, weights=weights,
+                   features=features)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -234,6 +234,7 @@ def cmd_rescore(args: argparse.Namespace) -> None:
                          rank=None if shard[1] == 1 or args.shard else shard[0])
     scorer = _scorer(loaded, args)
     old_lm = _old_lm(args.old_lm)
+    features = _features(args, loaded)
     failed = seen = 0
     from afp.weights import SETS
 
@@ -244,6 +245,7 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     lattices = iter_lattices(args.inputs, args.format, symbols, shard)
     with outputs:
         for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
+                                           features=features,
                                            warn=_warn, workers=args.workers, batch_pairs=args.batch_pairs):
             seen += 1
             if untuned and not isinstance(lattice_results, Failure):
@@ -288,6 +290,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
     loaded = _load(args.model, args.device)
     options = _rescore_options(args, unk_default=loaded.default_unk_penalty)
     tuner = Tuner(_scorer(loaded, args), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
+                  features=_features(args, loaded),
                   mbr=args.mbr)
     tuner.add(iter_lattices(args.inputs, args.format, symbols), progress=sys.stderr.isatty())
     if grid is not None:
@@ -462,6 +465,16 @@ def _score_weights(text: str | None) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+def _features(args: argparse.Namespace, loaded) -> dict[str, Any]:
+    """The ``--feature NAME=DIR`` window models of a job, on the main model's device."""
+    from afp.features import FeatureSpecError, load_features, parse_features
+
+    try:
+        return load_features(parse_features(args.feature or []), str(loaded.device), args.score_precision or "auto")
+    except (FeatureSpecError, OSError) as err:
+        raise CLIError(str(err)) from None
+
+
 def _old_lm(path: str | None):
     if not path:
         return None
@@ -478,6 +491,7 @@ def cmd_rescore_cuts(args: argparse.Namespace) -> None:
     summary = rescore_cuts(args.cuts, args.out, _scorer(loaded, args),
                            _rescore_options(args, unk_default=loaded.default_unk_penalty), symbols,
                            device=loaded.device.type, old_lm=_old_lm(args.old_lm), warn=_warn,
+                           features=_features(args, loaded),
                            workers=args.workers, batch_pairs=args.batch_pairs)
     print(json.dumps(summary))
     if summary["failed"]:
@@ -492,7 +506,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from service.settings import Settings
 
     overrides = {name: value for name, value in (
-        ("model_dir", args.model), ("old_lm", args.old_lm), ("weights", args.weights), ("host", args.host), ("port", args.port), ("device", args.device),
+        ("model_dir", args.model), ("old_lm", args.old_lm), ("weights", args.weights),
+        ("features", ",".join(args.feature) if args.feature else None), ("host", args.host), ("port", args.port),
+        ("device", args.device),
         ("score_precision", args.score_precision), ("workers", args.workers), ("batching", args.batching)) if value is not None}
     try:
         settings = Settings(**overrides)
@@ -506,6 +522,17 @@ def cmd_serve(args: argparse.Namespace) -> None:
         TunedWeights.read(settings.weights)
     if settings.old_lm is not None and not settings.old_lm.is_file():
         raise CLIError(f"{settings.old_lm}: no such file (--old-lm / AFP_OLD_LM)")
+    if settings.features:  # a bad feature is one line now, not a failed start-up later
+        from pathlib import Path
+
+        from afp.features import FeatureSpecError, parse_features
+
+        try:
+            for name, path in parse_features(p.strip() for p in settings.features.split(",") if p.strip()).items():
+                if not (Path(path) / "config.json").is_file():
+                    raise CLIError(f"feature {name!r}: {path}: not a model directory (--feature / AFP_FEATURES)")
+        except FeatureSpecError as err:
+            raise CLIError(str(err)) from None
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
                 timeout_graceful_shutdown=int(settings.request_timeout_s), access_log=args.access_log)
 
@@ -577,6 +604,10 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--old-lm-score", metavar="NAME", help="the named score that is the old LM (default lm, else graph)")
     p.add_argument("--old-lm", metavar="ARPA", help="the n-gram that built the decoding graph: its exact score "
                                                     "replaces the old-LM part of the graph score (Kaldi lmrescore)")
+    p.add_argument("--feature", action="append", metavar="NAME=DIR",
+                   help="an acausal window model (afp train --future K) as the named score NAME: each path's "
+                        "pseudo-log-likelihood, its words scored from the words around them; weight it with "
+                        "--score-weights NAME=W (unset: 1; afp tune tunes it from 0); repeatable")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
     p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs; default 5000000)")
     p.add_argument("--auto-prune", action="store_true",
@@ -814,6 +845,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(default: $AFP_OLD_LM, else none)")
     p.add_argument("--weights", metavar="JSON", help="afp tune --save's weights for requests that give none "
                                                     "(default: $AFP_WEIGHTS, else none)")
+    p.add_argument("--feature", action="append", metavar="NAME=DIR",
+                   help="an acausal window model requests may add as the named score NAME (their 'features'; "
+                        "default: $AFP_FEATURES, NAME=DIR,...); repeatable")
     p.add_argument("--host", help="listen address (default: $AFP_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: $AFP_PORT or 8000)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: $AFP_DEVICE or auto)")

@@ -51,6 +51,7 @@ class Runtime:
     metrics: Metrics
     old_lm: ContextScorer | None = None  # AFP_OLD_LM: subtracted exactly from every request's graph scores
     weights: TunedWeights | None = None  # AFP_WEIGHTS: the weights of requests that give none
+    features: dict[str, Any] = field(default_factory=dict)  # AFP_FEATURES: window models by name
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _running: int = 0
 
@@ -81,6 +82,8 @@ class Runtime:
                 "score_precision": self.scorer.inner.precision, "batching": self.scorer.enabled,
                 "old_lm": str(self.settings.old_lm) if self.settings.old_lm is not None else None,
                 "weights": self.weights.to_json() if self.weights is not None else None,
+                "features": {name: {"name": f.loaded.config.describe(), "rho": f.rho, "future": f.future}
+                             for name, f in self.features.items()},
                 "default_unk_penalty": self.loaded.default_unk_penalty}
 
     def close(self, timeout: float = 60.0) -> None:
@@ -179,6 +182,18 @@ def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list
     return write_lattices([lattice], fmt).decode("utf-8")
 
 
+def request_features(request: RescoreRequest, runtime: Runtime) -> dict[str, Any]:
+    """The window models a request uses: those it names (``features``), by default every one the
+    server has (``AFP_FEATURES``); a name the server lacks is a 422 naming those it has."""
+    if request.features is None:
+        return dict(runtime.features)
+    unknown = [name for name in request.features if name not in runtime.features]
+    if unknown:
+        raise APIError(422, "invalid_request", f"no feature named {unknown[0]!r}; this server has "
+                       f"{', '.join(sorted(runtime.features)) or 'none'} (AFP_FEATURES)", field="features")
+    return {name: runtime.features[name] for name in request.features}
+
+
 def rescore_request(request: RescoreRequest, runtime: Runtime,
                     deadline: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Parse, rescore and serialize every lattice of a request: one result per lattice and LM
@@ -187,13 +202,14 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     options = dataclasses.replace(options_for(request, settings, runtime.weights,
                                               runtime.loaded.default_unk_penalty), deadline=deadline)
     lattices = parse_lattices(request, settings, deadline)
+    features = request_features(request, runtime)
     out, warnings = [], []
     untuned = (runtime.weights is None and request.weights is None
                and not request.model_fields_set & set(SETS))
     for lattice in lattices:
         check_deadline(deadline)
         for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device,
-                              old_lm=runtime.old_lm):
+                              old_lm=runtime.old_lm, features=features):
             warning = None if warnings else unknown_words_warning(result.key, result.stats, runtime.scorer.known)
             if warning is not None:  # once per request, as afp rescore warns once per job
                 warnings.append(warning)

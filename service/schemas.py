@@ -48,6 +48,10 @@ class RescoreOptionsModel(BaseModel):
     decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
     mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
     mbr_scale: Finite = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
+    features: list[str] | None = Field(
+        default=None, max_length=16,
+        description="which of the server's acausal window models (AFP_FEATURES, GET /v1/models) to add as named "
+                    "scores, weighted by score_weights; default: all of them")
     weights: dict[str, Any] | None = Field(
         default=None, description="the object of a weights file (afp tune --save): its lm_weight, old_lm_weight, "
                                   "word_penalty, unk_penalty, score_weights and decode, under the fields this request "
@@ -180,6 +184,8 @@ class ModelInfo(BaseModel):
     old_lm: str | None = Field(default=None, description="the ARPA n-gram subtracted exactly from graph scores "
                                                          "(AFP_OLD_LM), or null")
     weights: dict[str, Any] | None = Field(default=None, description="the default weights of requests (AFP_WEIGHTS)")
+    features: dict[str, Any] = Field(default_factory=dict, description="acausal window models a request may add "
+                                     "as named scores (AFP_FEATURES): name -> {name, rho, future}")
     default_unk_penalty: float = Field(default=0.0, description="the unk_penalty of requests that give none: "
                                        "-log of the distinct training words the model maps to <unk>")
 

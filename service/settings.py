@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     model_name: str | None = None
     old_lm: Path | None = None  # the ARPA n-gram that built the decoding graph (afp rescore --old-lm)
     weights: Path | None = None  # a weights file of afp tune --save: the weights of requests that give none
+    #: acausal window models as named features, NAME=DIR,NAME=DIR (afp rescore --feature); a request
+    #: names which to use (its "features"; default all), never a path
+    features: str | None = None
     device: str = "auto"
     score_precision: Literal["auto", "fp32", "bf16"] = "auto"
     host: str = "127.0.0.1"

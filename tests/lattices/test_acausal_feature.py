@@ -63,3 +63,54 @@ def test_a_feature_may_not_take_the_name_of_a_score(models):
     nbest = NBestList("u", (NBestHypothesis(("the", "cat"), {"decoder": -1.0}),))
     with pytest.raises(ValueError, match="feature 'decoder' has the name of one of its scores"):
         rescore(nbest_to_lattice(nbest), causal, RescoreOptions(), features={"decoder": windows[1]})
+
+
+def test_every_door_adds_the_same_feature(tmp_path, capsys):
+    """``afp rescore --feature`` (plain and --workers 2), ``POST /v1/rescore`` on a server with
+    ``AFP_FEATURES``, ``afp.Model.rescore(features=)`` give the same words and feature scores;
+    a request naming a feature the server lacks is a 422; the tuner tunes the feature's weight."""
+    import json
+
+    import afp
+    from afp.tune import Tuner, joint_tune
+    from lattices.formats import read_lattice_file
+    from service.cli import main
+    from tests.service.test_app import client_for
+
+    causal = saved_model(tmp_path / "causal", cell="gru", rho=2)
+    window = saved_model(tmp_path / "window", cell="gru", rho=2, future=2, seed=7)
+    text = "u1\n0 1 the 1,10,\n0 1 a 1.5,9,\n1 2 cat 0.5,8,\n1 2 dog 0.5,8.2,\n2 3 sat 1,20,\n3\n\n" \
+           "u2\n0 1 big 1,10,\n1 2 dog 2,11,\n1 2 cat 1.5,11.5,\n2 3 ran 1,45,\n3\n\n"
+    lattices = tmp_path / "lats.txt"
+    lattices.write_text(text)
+    flags = ["--feature", f"acausal={window}", "--score-weights", "acausal=2", "--lm-weight", "0.5",
+             "--old-lm-weight", "1"]
+
+    def answers(rows):
+        return [(r["key"], r["best"]["words"], round(r["best"]["scores"]["acausal"], 4), round(r["best"]["score"], 4))
+                for r in rows]
+
+    runs = []
+    for extra in ([], ["--workers", "2"]):
+        assert main(["rescore", "--model", str(causal), "--json", *flags, *extra, str(lattices)]) == 0
+        runs.append(answers([json.loads(line) for line in capsys.readouterr().out.splitlines()]))
+    with client_for(causal, features=f"acausal={window}") as client:
+        body = {"lattice": text, "score_weights": {"acausal": 2}, "lm_weight": 0.5, "old_lm_weight": 1}
+        r = client.post("/v1/rescore", json=body)
+        assert r.status_code == 200, r.text
+        runs.append(answers(r.json()["results"]))
+        assert client.get("/v1/models").json()["models"][0]["features"]["acausal"]["future"] == 2
+        bad = client.post("/v1/rescore", json={**body, "features": ["nope"]})
+        assert bad.status_code == 422 and "no feature named 'nope'" in bad.text
+        none = client.post("/v1/rescore", json={**body, "features": [], "score_weights": {}})
+        assert "acausal" not in none.json()["results"][0]["best"]["scores"]
+    model = afp.load_model(causal)
+    runs.append(answers([res[0].to_json() for res in model.rescore(
+        str(lattices), features={"acausal": str(window)}, score_weights={"acausal": 2}, lm_weight=0.5,
+        old_lm_weight=1)]))
+    assert all(run == runs[0] for run in runs[1:]), runs
+    tuner = Tuner(model.scorer, RescoreOptions(), {"u1": ["the", "cat", "sat"], "u2": ["big", "dog", "ran"]},
+                  features={"acausal": WindowScorer(load_checkpoint(window), precision="fp32")})
+    tuner.add(read_lattice_file(lattices, "kaldi"))
+    report = joint_tune(tuner, restarts=1, folds=1)
+    assert "score:acausal" in report["best"] and report["start"]["point"]["score:acausal"] == 0.0
