@@ -319,8 +319,10 @@ def expand_two_sided(lattice: Lattice, lm_word_of_symbol: Tensor, rho: int, futu
     """
     if future < 1:
         raise ValueError(f"future must be at least 1, got {future}")
-    left = expand(lattice, lm_word_of_symbol, rho, bos_id, None, deadline)
-    right = expand(_reversed(lattice), lm_word_of_symbol, future, eos_id, None, deadline)
+    # each side has at most as many arcs as the product (every arc on a complete path has a
+    # history and a future), so the budget bounds them too
+    left = expand(lattice, lm_word_of_symbol, rho, bos_id, max_arcs, deadline)
+    right = expand(_reversed(lattice), lm_word_of_symbol, future, eos_id, max_arcs, deadline)
     n, a = lattice.num_states, lattice.num_arcs
     l_src, l_dst, l_orig = (t.cpu().numpy() for t in (left.src, left.dst, left.arc_orig))
     r_src, r_dst, r_orig = (t.cpu().numpy() for t in (right.src, right.dst, right.arc_orig))

@@ -10,7 +10,7 @@ from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import load_checkpoint
 from lm.scorer import LMScorer, WindowScorer, score_sentences
-from tests.factories import WORDS, random_lattice, saved_model
+from tests.factories import SHARED_DATA, WORDS, random_lattice, saved_model
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +114,48 @@ def test_every_door_adds_the_same_feature(tmp_path, capsys):
     tuner.add(read_lattice_file(lattices, "kaldi"))
     report = joint_tune(tuner, restarts=1, folds=1)
     assert "score:acausal" in report["best"] and report["start"]["point"]["score:acausal"] == 0.0
+
+
+AMI = SHARED_DATA / "lattices" / "ami-htk"
+ESPNET = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
+
+
+@pytest.mark.skipif(not (AMI.is_dir() and ESPNET.is_dir()), reason="../shared/data lattices and n-best lists absent")
+def test_real_lattices_and_lists_get_their_exact_acausal_scores(tmp_path, capsys):
+    """A real AMI lattice and 15 real ESPnet lists rescored with ``--feature``: every returned
+    hypothesis's ``scores.acausal`` equals ``afp score`` of its words with the window model (whose
+    vocabulary is the data's own, from a few steps of training on the lists' text)."""
+    import json
+
+    from lattices.formats import read_lattice_file
+    from service.cli import main
+
+    lists = tmp_path / "lists"
+    for k in range(1, 31):
+        (lists / f"{k}best_recog").mkdir(parents=True)
+        for name in ("text", "score", "scores"):
+            lines = (ESPNET / f"{k}best_recog" / name).read_text().splitlines()[:15]
+            (lists / f"{k}best_recog" / name).write_text("\n".join(lines) + "\n")
+    ami = sorted(AMI.glob("*.lat.gz"))[0]
+    words = {w for lat in read_lattice_file(ami) for w in lat.symbols}
+    text = tmp_path / "train.txt"
+    lines = [line.split(maxsplit=1)[1] for line in (ESPNET / "1best_recog" / "text").read_text().splitlines()[:300]
+             if len(line.split()) > 1]
+    text.write_text("\n".join([*lines, " ".join(sorted(words))]) + "\n")  # the lattice's words in the vocabulary
+    window, causal = tmp_path / "window", tmp_path / "causal"
+    for out, extra in ((window, ["--future", "2"]), (causal, [])):
+        assert main(["train", "--train", str(text), "--out", str(out), "--hidden", "16", "--rho", "2",
+                     "--max-steps", "10", "--batch-size", "16", *extra]) == 0
+    capsys.readouterr()
+    for source, fmt in ((lists, "espnet-nbest"), (ami, "htk")):
+        assert main(["rescore", "--model", str(causal), "--feature", f"acausal={window}", "--format", fmt,
+                     "--score-weights", "acausal=0.5", "--nbest", "5", "--json", str(source)]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        hyps = [h for r in rows for h in r["nbest"]]
+        assert len(hyps) > len(rows)
+        sentences = tmp_path / "hyps.txt"
+        sentences.write_text("".join(" ".join(h["words"]) + "\n" for h in hyps))
+        assert main(["score", "--model", str(window), "--text", str(sentences), "--json"]) == 0
+        expected = [json.loads(line)["logprob"] for line in capsys.readouterr().out.splitlines()]
+        assert [h["scores"]["acausal"] for h in hyps] == pytest.approx(expected, abs=1e-3)
+        assert rows[0]["future"] == 2 and rows[0]["expanded_arcs"] >= rows[0]["lattice_arcs"]
