@@ -219,6 +219,45 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     print(json.dumps(summary))
 
 
+def cmd_ngram(args: argparse.Namespace) -> None:
+    import resource
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    from lm import kneser_ney
+    from lm.config import PrepareConfig
+    from lm.shards import open_prepared, prepare
+
+    if bool(args.text) == bool(args.data):
+        raise CLIError("give --text FILE... or --data DIR (a directory afp prepare wrote)")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="afp-ngram-") as tmp:
+        data = args.data
+        if args.text:
+            fields = {name: getattr(args, name) for name in ("text", "words_txt", "min_count", "max_vocab")
+                      if getattr(args, name) is not None}
+            prepare(PrepareConfig.from_dict({**fields, "out": str(Path(tmp) / "data")}, where="ngram options"))
+            data = str(Path(tmp) / "data")
+        prepared = open_prepared(data, verify=False)
+        vocab = prepared.vocab
+        shards = [(shard.tokens, shard.offsets) for shard in prepared.train.shards]
+        counted = time.perf_counter()
+        predictable = np.array(vocab.predictable_mask())
+        model = kneser_ney.build(kneser_ney.chunks_of(shards, vocab.bos_id, vocab.eos_id, vocab.unk_id), args.order,
+                                 vocab.size, vocab.bos_id, predictable)
+        built = time.perf_counter()
+        counts = kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, args.out)
+    summary = {"out": args.out, "order": args.order, "vocab_size": vocab.size, "words": prepared.train.words,
+               **counts, "discounts": {f"{o.n}-grams": list(o.discounts) for o in model.orders},
+               "seconds": {"prepare": counted - started, "build": built - counted,
+                           "write": time.perf_counter() - built},
+               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    print(json.dumps(summary))
+
+
 def cmd_rescore(args: argparse.Namespace) -> None:
     from afp.jobs import Failure, default_shard, iter_lattices, parse_shard, rescore_all
     from afp.outputs import JobOutputs, LatticeOutputError, OutputOptions
@@ -873,6 +912,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-tokens", type=int,
                    help=f"at most this many words per shard file (default {PrepareConfig.shard_tokens})")
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("ngram", help="build an interpolated modified Kneser-Ney n-gram (ARPA)",
+                       description="Count a corpus and write an interpolated modified Kneser-Ney back-off ARPA model "
+                                   "(Chen & Goodman; SRILM -kndiscount -interpolate, KenLM lmplz), the numbers of "
+                                   "bench/kneser_ney.py, with numpy: sorted packed n-gram keys, counted in chunks "
+                                   "(lm/kneser_ney.py). The vocabulary as afp prepare builds it.")
+    p.add_argument("--text", nargs="+", metavar="FILE", help="training texts (one sentence per line; .gz read too)")
+    p.add_argument("--data", metavar="DIR", help="instead of --text: a directory afp prepare wrote (its train split)")
+    p.add_argument("--order", type=int, required=True, help="n of the model")
+    p.add_argument("--out", required=True, metavar="LM.arpa[.gz]", help="the ARPA file to write (gzip for .gz)")
+    p.add_argument("--words-txt", metavar="FILE", help="read the vocabulary from a Kaldi words.txt")
+    p.add_argument("--min-count", type=int, help=f"words seen fewer times become <unk> (default {PrepareConfig.min_count})")
+    p.add_argument("--max-vocab", type=int, help="keep at most this many words")
+    p.set_defaults(func=cmd_ngram)
 
     p = sub.add_parser("train", help="train a language model")
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')

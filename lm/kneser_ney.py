@@ -1,0 +1,296 @@
+"""Interpolated modified Kneser-Ney n-gram models (Chen & Goodman 1999) built with numpy: what
+``afp ngram`` writes, the model SRILM's ``ngram-count -kndiscount -interpolate`` and KenLM's
+``lmplz`` build, with the exact numbers of the reference ``bench/kneser_ney.py`` (a dict-based
+implementation kept as the specification; ``tests/lm/test_kneser_ney.py`` compares the two).
+
+Sentences are ``[<s>, w_1 .. w_n, </s>]`` (unknown words as ``<unk>``) and independent. For
+order ``n`` the model interpolates::
+
+    p_n(w | h) = max(a_n(h w) - D_n(a_n(h w)), 0) / a_n(h .) + gamma_n(h) p_{n-1}(w | h'),
+    gamma_n(h) = (D_n1 N_1(h .) + D_n2 N_2(h .) + D_n3+ N_3+(h .)) / a_n(h .),
+
+``a_n`` being the raw count at the highest order and for n-grams starting with ``<s>``, else the
+number of distinct words seen before the n-gram; three discounts per order from its
+count-of-counts; ``p_0`` uniform over the predictable words. The back-off ARPA form (:func:`write_arpa`)
+stores ``p_n(w | h)`` for every n-gram seen and ``gamma`` as the back-off weight of each context,
+which gives the same probabilities under back-off look-up (:mod:`lm.ngram`).
+
+How it scales: n-grams are rows of word ids packed into one sortable key each (``uint64`` when
+``order * bits`` fits in 64 bits, else big-endian bytes compared as ``void``), counted chunk by
+chunk with ``np.unique`` and merged; every later step (continuation counts, context totals,
+the lower order's probability of each n-gram's suffix) is a sort, a ``reduceat`` or a
+``searchsorted`` over whole arrays. Memory is a few tens of bytes per distinct n-gram.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: tokens counted per chunk before its n-grams are merged into the totals
+CHUNK_TOKENS = 8_000_000
+
+
+class Packer:
+    """Rows of ``n`` ids (each below ``2**bits``) as sortable keys, row order = key order."""
+
+    def __init__(self, n: int, bits: int) -> None:
+        self.n, self.bits = n, bits
+        self.wide = n * bits > 64
+
+    def pack(self, rows: np.ndarray) -> np.ndarray:
+        """int ``(N, n)`` -> keys ``(N,)``."""
+        if self.wide:
+            data = np.ascontiguousarray(rows.astype(">u4"))
+            return data.view(np.dtype((np.void, 4 * self.n))).ravel()
+        keys = np.zeros(rows.shape[0], dtype=np.uint64)
+        for column in range(self.n):
+            keys = (keys << np.uint64(self.bits)) | rows[:, column].astype(np.uint64)
+        return keys
+
+    def unpack(self, keys: np.ndarray) -> np.ndarray:
+        """keys ``(N,)`` -> int64 ``(N, n)``."""
+        if self.wide:
+            return np.frombuffer(keys.tobytes(), dtype=">u4").reshape(-1, self.n).astype(np.int64)
+        mask = np.uint64((1 << self.bits) - 1)
+        out = np.empty((keys.shape[0], self.n), dtype=np.int64)
+        for column in range(self.n - 1, -1, -1):
+            out[:, column] = (keys & mask).astype(np.int64)
+            keys = keys >> np.uint64(self.bits)
+        return out
+
+
+def _merge(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys and the summed counts of each."""
+    order = np.argsort(keys, kind="stable")
+    keys, counts = keys[order], counts[order]
+    if keys.shape[0] == 0:
+        return keys, counts
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return keys[starts], np.add.reduceat(counts, starts)
+
+
+def sentence_stream(tokens: np.ndarray, offsets: np.ndarray, bos: int, eos: int,
+                    unk: int) -> tuple[np.ndarray, np.ndarray]:
+    """One shard's sentences as one id stream with ``<s>``/``</s>`` added, and each position's
+    sentence start: int64 ``(W + 2S,)`` each. ``tokens``: ``-1`` for OOV words (-> ``unk``)."""
+    s = offsets.shape[0] - 1
+    w = int(offsets[-1] - offsets[0])
+    out = np.empty(w + 2 * s, dtype=np.int64)
+    starts = offsets[:-1] - offsets[0] + 2 * np.arange(s)
+    ends = offsets[1:] - offsets[0] + 2 * np.arange(s) + 1
+    is_word = np.ones(w + 2 * s, dtype=bool)
+    is_word[starts] = False
+    is_word[ends] = False
+    words = np.asarray(tokens[offsets[0]:offsets[-1]], dtype=np.int64)
+    out[is_word] = np.where(words < 0, unk, words)
+    out[starts], out[ends] = bos, eos
+    start_of = np.repeat(starts, ends - starts + 1)
+    return out, start_of
+
+
+@dataclass(frozen=True)
+class Order:
+    """One order's n-grams: sorted ``keys``, adjusted counts, and each n-gram's ``p_n`` (float64)."""
+
+    n: int
+    keys: np.ndarray
+    counts: np.ndarray
+    discounts: tuple[float, float, float]
+    probs: np.ndarray
+
+
+@dataclass(frozen=True)
+class KneserNeyModel:
+    """An interpolated modified-KN model: ``orders[n - 1]`` is order ``n``; ``gammas[n - 1]``
+    is the back-off weight (``gamma_{n+1}``) of each n-gram of order ``n`` that is a context at
+    order ``n + 1``, NaN for the others (for order 1 by word id, ``<s>`` included; for higher
+    orders aligned with the keys); none for the highest order."""
+
+    orders: list[Order]
+    gammas: list[np.ndarray]
+    num_words: int
+    bits: int
+    unigram_probs: np.ndarray  # float64 (vocab,): p_1 of every id (unseen ones from the floor)
+
+    @property
+    def order(self) -> int:
+        return len(self.orders)
+
+    def packer(self, n: int) -> Packer:
+        return Packer(n, self.bits)
+
+
+def count_ngrams(chunks: Iterable[tuple[np.ndarray, np.ndarray]], order: int, bits: int,
+                 bos: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Raw counts of every order: ``(sorted keys, counts)`` per order ``1 .. order``, from chunks
+    ``(stream, start_of)`` of :func:`sentence_stream`. Targets are never ``<s>``."""
+    totals: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(order)]
+    for stream, start_of in chunks:
+        positions = np.flatnonzero(np.arange(stream.shape[0]) != start_of)  # the targets: all but each <s>
+        for n in range(1, order + 1):
+            ends = positions[positions - (n - 1) >= start_of[positions]]
+            rows = np.stack([stream[ends - (n - 1) + k] for k in range(n)], axis=1)
+            keys, counts = np.unique(Packer(n, bits).pack(rows), return_counts=True)
+            totals[n - 1].append((keys, counts.astype(np.int64)))
+            if len(totals[n - 1]) >= 4:  # keep the pending parts few: merge
+                merged = _merge(np.concatenate([k for k, _ in totals[n - 1]]),
+                                np.concatenate([c for _, c in totals[n - 1]]))
+                totals[n - 1] = [merged]
+    out = []
+    for parts in totals:
+        if not parts:
+            out.append((np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)))
+        else:
+            out.append(_merge(np.concatenate([k for k, _ in parts]), np.concatenate([c for _, c in parts]))
+                       if len(parts) > 1 else parts[0])
+    return out
+
+
+def discounts_of(counts: np.ndarray) -> tuple[float, float, float]:
+    """Chen & Goodman's modified-KN discounts from the count-of-counts n_1..n_4, clamped into
+    ``(0, k)`` (the reference's rule)."""
+    n1, n2, n3, n4 = (int(np.count_nonzero(counts == k)) for k in (1, 2, 3, 4))
+    y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 else 0.5
+    raw = (1 - 2 * y * n2 / n1 if n1 else 0.5, 2 - 3 * y * n3 / n2 if n2 else 1.0, 3 - 4 * y * n4 / n3 if n3 else 1.5)
+    return tuple(min(max(d, 1e-3), k - 1e-3) for k, d in zip((1, 2, 3), raw, strict=True))  # type: ignore[return-value]
+
+
+def _groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start index of each run of equal context (all columns but the last) in sorted ``rows``,
+    and each row's group number."""
+    if rows.shape[1] == 1:
+        return np.zeros(1 if rows.shape[0] else 0, dtype=np.int64), np.zeros(rows.shape[0], dtype=np.int64)
+    context = rows[:, :-1]
+    new = np.concatenate([[True], (context[1:] != context[:-1]).any(axis=1)])
+    starts = np.flatnonzero(new)
+    return starts, np.cumsum(new) - 1
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: float) -> np.ndarray:
+    """``values`` of each of ``wanted`` in sorted ``keys`` (``missing`` where absent)."""
+    out = np.full(wanted.shape[0], missing, dtype=np.result_type(values.dtype, np.asarray(missing).dtype))
+    if keys.shape[0] == 0:
+        return out
+    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
+    found = keys[at] == wanted
+    out[found] = values[at[found]]
+    return out
+
+
+def build(chunks: Iterable[tuple[np.ndarray, np.ndarray]], order: int, vocab_size: int, bos: int,
+          predictable: np.ndarray) -> KneserNeyModel:
+    """Fit an ``order``-gram model. ``chunks``: :func:`sentence_stream` outputs; ``predictable``:
+    bool ``(vocab_size,)``, the ids that can be predicted (``p_0``'s support)."""
+    if order < 1:
+        raise ValueError(f"order must be at least 1, got {order}")
+    bits = max(1, int(vocab_size - 1).bit_length())
+    raw = count_ngrams(chunks, order, bits, bos)
+    adjusted: list[np.ndarray] = [raw[order - 1][1]]
+    for n in range(order - 1, 0, -1):  # continuation counts: distinct left extensions
+        higher = Packer(n + 1, bits).unpack(raw[n][0])
+        left_keys, left_counts = np.unique(Packer(n, bits).pack(higher[:, 1:]), return_counts=True)
+        keys, counts = raw[n - 1]
+        rows = Packer(n, bits).unpack(keys)
+        continuation = _lookup(left_keys, left_counts, keys, 0)  # every n-gram not starting with <s> has one
+        adjusted.insert(0, np.where(rows[:, 0] == bos, counts, continuation).astype(np.int64))
+    num_words = int(predictable.sum())
+    orders: list[Order] = []
+    gammas: list[np.ndarray] = []
+    context_stats: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per order: context rows, total, mass
+    for n in range(1, order + 1):
+        keys, counts = raw[n - 1][0], adjusted[n - 1]
+        rows = Packer(n, bits).unpack(keys)
+        d = discounts_of(counts)
+        discount = np.where(counts <= 0, 0.0, np.array(d)[np.clip(counts, 1, 3) - 1])
+        starts, group = _groups(rows)
+        total = np.add.reduceat(counts, starts).astype(np.float64) if counts.shape[0] else np.zeros(0)
+        mass = np.add.reduceat(discount, starts) if counts.shape[0] else np.zeros(0)
+        if n == 1:
+            lower = np.full(keys.shape[0], 1.0 / num_words)
+        else:
+            below = orders[-1]
+            suffix = Packer(n - 1, bits).pack(rows[:, 1:])
+            lower = below.probs[np.searchsorted(below.keys, suffix)]
+        probs = (np.maximum(counts - discount, 0.0) + mass[group] * lower) / total[group]
+        orders.append(Order(n=n, keys=keys, counts=counts, discounts=d, probs=probs))
+        context_stats.append((rows[starts, :-1], total, mass))
+    for n in range(1, order):  # gamma_{n+1} of the n-grams that are contexts at order n + 1
+        contexts, total, mass = context_stats[n]
+        if n == 1:  # by id: the context <s> is no unigram of the counts (it is never a target)
+            gamma = np.full(vocab_size, np.nan)
+            gamma[contexts[:, 0]] = mass / total
+        else:  # every longer context ends at a target, so it is an n-gram of order n
+            gamma = _lookup(Packer(n, bits).pack(contexts), mass / total, orders[n - 1].keys, np.nan)
+        gammas.append(gamma)
+    first = orders[0]
+    unigram = np.zeros(vocab_size)
+    context_total, context_mass = context_stats[0][1], context_stats[0][2]
+    if context_total.shape[0]:
+        unigram[:] = context_mass[0] / num_words / context_total[0]
+        unigram[Packer(1, bits).unpack(first.keys)[:, 0]] = first.probs
+    else:
+        unigram[:] = 1.0 / num_words
+    unigram[~predictable] = 0.0
+    return KneserNeyModel(orders=orders, gammas=gammas, num_words=num_words, bits=bits, unigram_probs=unigram)
+
+
+def write_arpa(model: KneserNeyModel, words: Sequence[str], bos: int, predictable: np.ndarray,
+               path: str | Path, lines_per_chunk: int = 1_000_000) -> dict[str, int]:
+    """Write ``model`` as back-off ARPA (gzip when ``path`` ends in ``.gz``), the layout of the
+    reference's ``write_arpa``: unigrams are ``<s>`` (``-99``) and every predictable word; higher
+    orders every n-gram seen, in key order; ``log10 gamma`` after each n-gram that is a context of
+    the next order. Returns the number of n-grams of each order."""
+    path = Path(path)
+    handle = gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if path.suffix == ".gz" else \
+        path.open("w", encoding="utf-8")
+    unigram_ids = np.concatenate([[bos], np.flatnonzero(predictable)])
+    counts = [int(unigram_ids.shape[0]), *(int(o.keys.shape[0]) for o in model.orders[1:])]
+    word_array = np.array(words, dtype=object)
+    with handle as out:
+        out.write("\\data\\\n" + "".join(f"ngram {n}={c}\n" for n, c in enumerate(counts, 1)))
+        gamma1 = model.gammas[0] if model.order > 1 else np.full(len(words), np.nan)  # gamma_2 by id
+        out.write("\n\\1-grams:\n")
+        logp = np.log10(np.where(unigram_ids == bos, 1.0, model.unigram_probs[unigram_ids]))
+        logp[unigram_ids == bos] = -99.0
+        _write_lines(out, logp, word_array[unigram_ids][:, None], gamma1[unigram_ids], lines_per_chunk)
+        for n in range(2, model.order + 1):
+            level = model.orders[n - 1]
+            out.write(f"\n\\{n}-grams:\n")
+            gamma = model.gammas[n - 1] if n < model.order else np.full(level.keys.shape[0], np.nan)
+            for first in range(0, level.keys.shape[0], lines_per_chunk):
+                rows = model.packer(n).unpack(level.keys[first:first + lines_per_chunk])
+                _write_lines(out, np.log10(level.probs[first:first + lines_per_chunk]), word_array[rows],
+                             gamma[first:first + lines_per_chunk], lines_per_chunk)
+        out.write("\n\\end\\\n")
+    return {f"{n}-grams": c for n, c in enumerate(counts, 1)}
+
+
+def _write_lines(out, logp: np.ndarray, grams: np.ndarray, gamma: np.ndarray, step: int) -> None:
+    """``log10 p<TAB>w1 .. wn[<TAB>log10 gamma]`` lines (numbers as ``%.10g``, the reference's)."""
+    for first in range(0, logp.shape[0], step):
+        lines = []
+        for lp, gram, g in zip(logp[first:first + step].tolist(), grams[first:first + step].tolist(),
+                               gamma[first:first + step].tolist()):
+            text = f"{lp:.10g}\t{' '.join(gram)}"
+            lines.append(text + (f"\t{math.log10(g):.10g}\n" if g == g else "\n"))
+        out.write("".join(lines))
+
+
+def chunks_of(shards: Iterable[tuple[np.ndarray, np.ndarray]], bos: int, eos: int, unk: int,
+              chunk_tokens: int = CHUNK_TOKENS) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """:func:`sentence_stream` of each shard ``(tokens, offsets)`` in pieces of about
+    ``chunk_tokens`` words, split at sentence boundaries."""
+    for tokens, offsets in shards:
+        s = offsets.shape[0] - 1
+        first = 0
+        while first < s:
+            last = int(np.searchsorted(offsets, offsets[first] + chunk_tokens, side="right")) - 1
+            last = min(max(last, first + 1), s)
+            yield sentence_stream(tokens, offsets[first:last + 1], bos, eos, unk)
+            first = last
