@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
-import torch
 
 from bench.kneser_ney import write_arpa
 from lm.ngram import ArpaFormatError, NgramScorer, read_arpa
