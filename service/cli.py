@@ -5,6 +5,7 @@ Commands:
   afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
   afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
+  afp ngram  (--text FILE... | --data DIR) --order N --out LM.arpa[.gz]   a modified Kneser-Ney n-gram
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
   afp tune   [--model DIR] --refs REFS INPUT...     choose weights on a dev set by WER (joint search)
