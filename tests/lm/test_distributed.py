@@ -23,7 +23,7 @@ def _join(rank: int, port: int) -> None:
     torch.set_num_threads(1)
 
 
-def _first_step_worker(rank: int, port: int, train_path: str, out: str) -> None:
+def _first_step_worker(rank: int, port: int, train_path: str, out: str, future: int = 0) -> None:
     """Train one step under DDP; save the first dropout mask and the parameters after the step."""
     import lm.train
     from lm.config import ModelConfig, TrainConfig
@@ -47,17 +47,18 @@ def _first_step_worker(rank: int, port: int, train_path: str, out: str) -> None:
     torch.nn.Dropout.forward = dropout
     lm.train.train_step = train_step
     cfg = TrainConfig(train=train_path, epochs=1, batch_size=10, max_steps=1, seed=5, device="cpu")
-    lm.train.train(ModelConfig(mode="afp", rho=2, hidden=12, cell="gru", dropout=0.5), cfg, Path(out) / "run",
-                   progress=False)
+    lm.train.train(ModelConfig(mode="afp", rho=2, hidden=12, cell="gru", dropout=0.5, future=future), cfg,
+                   Path(out) / "run", progress=False)
     torch.save({"mask": masks[0], "params": params}, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
 
 
-def test_ranks_draw_different_dropout_masks_and_keep_identical_parameters(tmp_path):
+@pytest.mark.parametrize("future", [0, 2], ids=["causal", "window"])
+def test_ranks_draw_different_dropout_masks_and_keep_identical_parameters(tmp_path, future):
     # every sentence has 7 words, so both ranks' first batches (and dropout masks) have one shape
     sentences = [s[:7] for s in patterned_sentences(40, seed=1)]
     train_path = write_text(tmp_path / "train.txt", sentences)
-    mp.spawn(_first_step_worker, args=(free_port(), str(train_path), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_first_step_worker, args=(free_port(), str(train_path), str(tmp_path), future), nprocs=WORLD, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     assert ranks[0]["mask"].shape == ranks[1]["mask"].shape
     assert 0.3 < ranks[0]["mask"].float().mean() < 0.7  # dropout 0.5 really ran
@@ -95,8 +96,8 @@ def _validation_worker(rank: int, port: int, model_dir: str, valid_path: str, ou
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("fields", [{}, {"softmax": "adaptive", "cutoffs": (5, 10), "div_value": 2.0}],
-                         ids=["full", "adaptive"])
+@pytest.mark.parametrize("fields", [{}, {"softmax": "adaptive", "cutoffs": (5, 10), "div_value": 2.0}, {"future": 2}],
+                         ids=["full", "adaptive", "window"])
 def test_sharded_validation_equals_the_single_process_perplexity(tmp_path, fields):
     from lm.checkpoint import load_checkpoint
     from lm.corpus import encode
