@@ -29,7 +29,8 @@ from lattices.formats import read_json_value
 from lattices.lattice import Lattice
 from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_OLD_LM_WEIGHT, RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
-from lm.checkpoint import LoadedModel, load_checkpoint
+from lm.checkpoint import LoadedModel, open_model
+from lm.ngram_store import StoreScorer
 from lm.device import resolve_device
 from lm.scorer import LMScorer, TextScore, text_score
 
@@ -93,7 +94,7 @@ class Model:
     @property
     def info(self) -> dict[str, Any]:
         """What ``afp info --json`` prints."""
-        precision = self.scorer.precision if isinstance(self.scorer, LMScorer) else None
+        precision = self.scorer.precision if isinstance(self.scorer, (LMScorer, StoreScorer)) else None
         return {**self.loaded.info(), "score_precision": precision}
 
     def score(self, sentences: Iterable[str | Sequence[str]]) -> list[SentenceScore]:
@@ -165,7 +166,7 @@ def load_model(path: str | Path | None = None, device: str = "auto", score_preci
     """A model directory (default: ``$AFP_MODEL_DIR``, else the bundled default model) on
     ``device`` (``auto``: CUDA when there is a GPU, else the CPU); ``interpolate``: ``(model,
     weight)`` pairs mixed in (``--interpolate``, :mod:`afp.mixtures`)."""
-    loaded = load_checkpoint(path or default_model_dir(), device=str(resolve_device(device)))
+    loaded = open_model(path or default_model_dir(), device=str(resolve_device(device)))
     return Model(loaded, score_precision, interpolate)
 
 
@@ -189,6 +190,6 @@ def _lattices(inputs: Sequence[Input], fmt: str, symbols: Sequence[str] | None) 
 def _old_lm(old_lm: str | Path | ContextScorer | None) -> ContextScorer | None:
     if old_lm is None or not isinstance(old_lm, (str, Path)):
         return old_lm
-    from lm.ngram import NgramScorer, read_arpa
+    from lm.ngram_store import read_arpa_store
 
-    return NgramScorer(read_arpa(old_lm))
+    return StoreScorer(read_arpa_store(old_lm))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lattices.interpolate import InterpolatedScorer
 from lattices.scorer import ContextScorer
-from lm.checkpoint import LoadedModel, load_checkpoint
-from lm.scorer import LMScorer
+from lm.checkpoint import LoadedModel, open_model
+from lm.scorer import scorer_of
 
 
 class MixtureSpecError(ValueError):
@@ -37,19 +38,14 @@ def parse_interpolate(text: str) -> tuple[str, float]:
 
 def part_scorer(path: str | Path, device: str, precision: str) -> ContextScorer:
     """The scorer of one model: a model directory, or an ARPA n-gram (by its name)."""
-    name = str(path)
-    if name.endswith((".arpa", ".arpa.gz")):
-        from lm.ngram import NgramScorer, read_arpa
-
-        return NgramScorer(read_arpa(name))
-    return LMScorer(load_checkpoint(name, device=device), precision=precision)
+    return scorer_of(open_model(path, device=device), precision=precision)
 
 
-def mixed_scorer(loaded: LoadedModel, precision: str = "auto",
+def mixed_scorer(loaded: LoadedModel | Any, precision: str = "auto",
                  interpolate: Sequence[tuple[str, float]] = ()) -> ContextScorer:
     """``loaded``'s scorer, mixed with the ``interpolate`` models at their weights (the loaded
     model gets the rest); without ``interpolate``, the plain :class:`~lm.scorer.LMScorer`."""
-    main = LMScorer(loaded, precision=precision)
+    main = scorer_of(loaded, precision=precision)
     if not interpolate:
         return main
     rest = 1.0 - sum(w for _, w in interpolate)

@@ -152,6 +152,16 @@ def _wrong_shapes(model: LanguageModel, weights: Path) -> list[str]:
             for name, shape in shapes.items() if name in expected and shape != expected[name]]
 
 
+def open_model(path: str | Path, device: str | torch.device = "cpu") -> Any:
+    """What ``--model`` names: a model directory (:func:`load_checkpoint`), or an ARPA n-gram
+    file (``.arpa``, ``.arpa.gz``: :func:`lm.ngram_store.load_ngram`, always on the CPU)."""
+    from lm.ngram_store import is_arpa_path, load_ngram
+
+    if is_arpa_path(path):
+        return load_ngram(path)
+    return load_checkpoint(path, device)
+
+
 def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Load a checkpoint directory onto ``device``; the model is returned in eval mode."""
     directory = Path(directory)

@@ -246,6 +246,9 @@ class StoreScorer:
     """An :class:`NgramStore` as a ``lattices.scorer.ContextScorer`` (the interface of
     :class:`lm.ngram.NgramScorer`, batched in numpy)."""
 
+    #: float32 log-probabilities, summed in float64
+    precision = "fp32"
+
     def __init__(self, store: NgramStore) -> None:
         self.store = store
         self.context_size: int | None = store.order - 1  # as lm.ngram.NgramScorer
@@ -267,3 +270,75 @@ class StoreScorer:
 def load_store(path: str | Path) -> NgramStore:
     """:func:`read_arpa_store` (the one entry point, so a binary cache can come later)."""
     return read_arpa_store(path)
+
+
+def is_arpa_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``--model``/``--interpolate`` names an ARPA file (by its name: ``.arpa``, ``.arpa.gz``)."""
+    return str(path).endswith((".arpa", ".arpa.gz"))
+
+
+@dataclass(frozen=True)
+class _NgramConfig:
+    """What the front ends ask of a model's config, for an n-gram (never a window model)."""
+
+    order: int
+    counts: tuple[int, ...]
+    is_window: bool = False
+    rho: int | None = None
+    future: int = 0
+
+    @property
+    def context_size(self) -> int:
+        return self.order - 1
+
+    def describe(self) -> str:
+        return f"ARPA {self.order}-gram ({sum(self.counts):,} n-grams)"
+
+
+@dataclass(frozen=True)
+class _NgramVocab:
+    unk: str = UNK
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedNgram:
+    """An ARPA model loaded for the front ends (``--model LM.arpa``), with the members of
+    :class:`lm.checkpoint.LoadedModel` they use: ``config``, ``vocab.unk``, ``device`` (the CPU:
+    look-ups are numpy), ``default_unk_penalty`` (0: the file's own ``<unk>`` probability is the
+    unknown word's), ``path`` and :meth:`info`."""
+
+    store: NgramStore
+    path: Path
+
+    @property
+    def config(self) -> _NgramConfig:
+        return _NgramConfig(order=self.store.order, counts=self.store.counts)
+
+    @property
+    def vocab(self) -> _NgramVocab:
+        return _NgramVocab()
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def default_unk_penalty(self) -> float:
+        return 0.0
+
+    @property
+    def training(self) -> dict:
+        return {}
+
+    def info(self) -> dict:
+        return {"path": str(self.path), "name": self.config.describe(), "arch": "ngram", "cell": "ngram",
+                "layers": 0, "hidden": 0, "rho": None, "parameters": sum(self.store.counts), "order": self.store.order,
+                "context_size": self.store.order - 1, "future": 0, "vocab_size": len(self.store.words),
+                "ngrams": list(self.store.counts), "has_unk": self.store.has_unk, "bytes": self.store.nbytes(),
+                "device": "cpu", "default_unk_penalty": 0.0, "scores": "causal: next-word log-probabilities",
+                "training": {}}
+
+
+def load_ngram(path: str | os.PathLike[str]) -> LoadedNgram:
+    """An ARPA file as a model for the front ends."""
+    return LoadedNgram(store=read_arpa_store(path), path=Path(path))

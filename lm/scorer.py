@@ -101,6 +101,16 @@ class WindowScorer(_ModelScorer):
                                                precision=self.precision)
 
 
+def scorer_of(loaded, precision: str = "auto", max_elements: int = DEFAULT_SCORE_ELEMENTS):
+    """The context scorer of a loaded model: an :class:`LMScorer`, or for an ARPA n-gram
+    (:class:`lm.ngram_store.LoadedNgram`) its :class:`lm.ngram_store.StoreScorer`."""
+    from lm.ngram_store import LoadedNgram, StoreScorer
+
+    if isinstance(loaded, LoadedNgram):
+        return StoreScorer(loaded.store)
+    return LMScorer(loaded, max_elements=max_elements, precision=precision)
+
+
 def window_values(scorer: WindowScorer, sentences: Sequence[Sequence[int]]) -> Tensor:
     """float64 ``(sum(len + 1),)``: each sentence's terms (its words, then ``</s>``), in order,
     every distinct (window, word) scored once."""

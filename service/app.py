@@ -198,24 +198,24 @@ class Observe:
 
 
 def _load_runtime(settings: Settings, metrics: Metrics):
-    from lm.checkpoint import load_checkpoint
-    from lm.scorer import LMScorer
+    from lm.checkpoint import open_model
+    from lm.scorer import scorer_of
     from lm.device import resolve_device
     from afp.batching import BatchingScorer
     from service.engine import Runtime
 
-    loaded = load_checkpoint(settings.model_dir, device=resolve_device(settings.device))
+    loaded = open_model(settings.model_dir, device=resolve_device(settings.device))
     if loaded.config.context_size is None:
         raise ValueError(f"{settings.model_dir}: an exact (unbounded) RNN cannot rescore lattices exactly; "
                          f"serve an AFP-rho or n-gram model")
-    scorer = BatchingScorer(LMScorer(loaded, precision=settings.score_precision), enabled=settings.batching_on(loaded.device.type),
+    scorer = BatchingScorer(scorer_of(loaded, precision=settings.score_precision), enabled=settings.batching_on(loaded.device.type),
                             max_wait=settings.batch_max_wait_ms / 1000, max_pairs=settings.batch_max_pairs,
                             on_batch=metrics.on_batch)
     old_lm = None
     if settings.old_lm is not None:
-        from lm.ngram import NgramScorer, read_arpa
+        from lm.ngram_store import StoreScorer, read_arpa_store
 
-        old_lm = NgramScorer(read_arpa(settings.old_lm))
+        old_lm = StoreScorer(read_arpa_store(settings.old_lm))
     weights = None
     if settings.weights is not None:
         from afp.weights import TunedWeights

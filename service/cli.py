@@ -77,9 +77,10 @@ class CLIError(Exception):
 
 
 def _load(model_dir: str | None, device: str = "cpu"):
-    from lm.checkpoint import load_checkpoint
+    """``--model``: a model directory or an ARPA n-gram (``.arpa``, ``.arpa.gz``)."""
+    from lm.checkpoint import open_model
 
-    return load_checkpoint(model_dir or default_model_dir(), device=_device(device))
+    return open_model(model_dir or default_model_dir(), device=_device(device))
 
 
 def _device(name: str) -> str:
@@ -518,9 +519,9 @@ def _features(args: argparse.Namespace, loaded) -> dict[str, Any]:
 def _old_lm(path: str | None):
     if not path:
         return None
-    from lm.ngram import NgramScorer, read_arpa
+    from lm.ngram_store import StoreScorer, read_arpa_store
 
-    return NgramScorer(read_arpa(path))
+    return StoreScorer(read_arpa_store(path))
 
 
 def cmd_rescore_cuts(args: argparse.Namespace) -> None:
@@ -554,7 +555,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings = Settings(**overrides)
     except Exception as err:  # pydantic's ValidationError: report it as a usage error
         raise CLIError(f"invalid server settings: {err}") from None
-    if not (settings.model_dir / "config.json").is_file():
+    from lm.ngram_store import is_arpa_path
+
+    if is_arpa_path(settings.model_dir):
+        if not settings.model_dir.is_file():
+            raise CLIError(f"{settings.model_dir}: no such ARPA file")
+    elif not (settings.model_dir / "config.json").is_file():
         raise CLIError(f"{settings.model_dir}: not a model directory (no config.json)")
     if settings.weights is not None:  # a bad weights file is one line now, not a failed start-up later
         from afp.weights import TunedWeights
@@ -617,7 +623,7 @@ def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
     one (``ppl``, ``score``); elsewhere it is refused with a message saying what it is."""
     from afp.mixtures import mixed_scorer, parse_interpolate
     from lm.model import DEFAULT_SCORE_ELEMENTS
-    from lm.scorer import LMScorer, WindowScorer
+    from lm.scorer import WindowScorer, scorer_of
 
     precision = args.score_precision or "auto"
     max_elements = getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS
@@ -627,7 +633,7 @@ def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
             return WindowScorer(loaded, precision=precision, max_elements=max_elements)
         if interpolate:
             return mixed_scorer(loaded, precision, interpolate)
-        return LMScorer(loaded, precision=precision, max_elements=max_elements)
+        return scorer_of(loaded, precision=precision, max_elements=max_elements)
     except ValueError as err:
         raise CLIError(str(err)) from None
 

@@ -62,3 +62,43 @@ def test_malformed_files_name_the_problem(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ArpaFormatError, match=message):
         read_arpa_store(path)
+
+
+def test_an_arpa_file_is_a_model_at_every_door(tmp_path, capsys):
+    """``--model LM.arpa.gz`` for ppl, score, info, rescore, tune, the server and the Python API:
+    every hypothesis's ``lm_logprob`` is ``afp score``'s of its words with the same file, and
+    those are the reference reader's sentence log-probabilities."""
+    import json
+
+    import afp
+    from lm.ngram import sentence_logprob
+    from service.cli import main
+    from tests.factories import patterned_sentences, write_text
+    from tests.service.test_app import client_for
+
+    text = write_text(tmp_path / "train.txt", patterned_sentences(300, seed=3))
+    arpa = tmp_path / "lm.arpa.gz"
+    assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(arpa)]) == 0
+    lattices = tmp_path / "lats.txt"
+    lattices.write_text("u1\n0 1 the 1,10,\n0 1 a 1.5,9,\n1 2 cat 0.5,8,\n1 2 zebra 0.5,8.2,\n2 3 sat 1,20,\n3\n\n"
+                        "u2\n0 1 big 1,10,\n1 2 dog 2,11,\n1 2 cat 1.5,11.5,\n2 3 ran 1,45,\n3\n\n")
+    capsys.readouterr()
+    assert main(["rescore", "--model", str(arpa), "--json", "--nbest", "4", "--lm-weight", "1", str(lattices)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    hyps = [h for r in rows for h in r["nbest"]]
+    sentences = write_text(tmp_path / "hyps.txt", [h["words"] for h in hyps])
+    assert main(["score", "--model", str(arpa), "--text", str(sentences), "--json"]) == 0
+    scored = [json.loads(line)["logprob"] for line in capsys.readouterr().out.splitlines()]
+    assert [h["lm_logprob"] for h in hyps] == pytest.approx(scored, abs=1e-4)
+    reference = read_arpa(arpa)
+    assert scored == pytest.approx([sentence_logprob(reference, h["words"]) for h in hyps], abs=1e-4)
+    assert main(["info", "--model", str(arpa), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["order"] == 3
+    with client_for(arpa) as client:
+        r = client.post("/v1/rescore", json={"lattice": lattices.read_text(), "nbest": 4, "lm_weight": 1})
+        assert r.status_code == 200, r.text
+        assert [h["lm_logprob"] for x in r.json()["results"] for h in x["nbest"]] == pytest.approx(scored, abs=1e-4)
+        assert client.get("/v1/models").json()["models"][0]["name"] == "lm.arpa.gz"  # the file, as a directory's name
+    model = afp.load_model(arpa)
+    api = [h.lm_logprob for res in model.rescore(str(lattices), nbest=4, lm_weight=1) for h in res[0].nbest]
+    assert api == pytest.approx(scored, abs=1e-4)
