@@ -291,15 +291,14 @@ def window_scores(expansion: Expansion, feature: WindowScorer, model_ids: Tensor
     mask = torch.full((left.shape[0], 1), feature.mask_id, dtype=torch.int64, device=device)
     targets = torch.cat([model_ids[expansion.arc_lm_word[scored]],
                          torch.full((g,), feature.eos_id, dtype=torch.int64, device=device)])
-    rows = torch.cat([left, mask, right, targets.unsqueeze(1)], dim=1)
-    unique, inverse = unique_rows(rows)
-    windows = unique[:, :-1]
-    values = feature.score_windows(windows.clamp(min=0), windows != PAD, unique[:, -1])
-    values = values.to(device=device, dtype=torch.float64)[inverse]
+    windows, window_of = unique_rows(torch.cat([left, mask, right], dim=1))  # each window read once
+    pairs, pair_of = unique_rows(torch.stack([window_of, targets], dim=1))  # each (window, word) scored once
+    values = feature.score_windows(windows.clamp(min=0), windows != PAD, pairs[:, 1], pairs[:, 0])
+    values = values.to(device=device, dtype=torch.float64)[pair_of]
     arc = torch.zeros(expansion.num_arcs, dtype=torch.float64, device=device)
     arc[scored] = values[: scored.shape[0]]
     _check_predicted(expansion, arc)
-    return arc, values[scored.shape[0]:], {"scored_windows": int(unique.shape[0])}
+    return arc, values[scored.shape[0]:], {"scored_windows": int(windows.shape[0])}
 
 
 def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextScorer | None = None,

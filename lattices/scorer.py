@@ -85,12 +85,14 @@ class WindowScorer(Protocol):
         """bool ``(len(words),)``: False for the words scored as ``<unk>``."""
         ...
 
-    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor) -> Tensor:
-        """float ``(N,)``: log-probability of each target given its window.
+    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor, target_window: Tensor) -> Tensor:
+        """float ``(M,)``: log-probability of each target given its window.
 
         Args:
           windows: int64 ``(N, rho + 1 + future)`` model ids, ``mask_id`` in column ``rho``.
           valid: bool ``(N, rho + 1 + future)``: false where the window falls outside the sentence.
-          targets: int64 ``(N,)``.
+          targets: int64 ``(M,)``.
+          target_window: int64 ``(M,)``: the row of ``windows`` of each target (the word is
+            masked, so one window serves every word that can stand in it).
         """
         ...

@@ -285,20 +285,35 @@ class LanguageModel(nn.Module, ABC):
         raise ValueError(f"{self.config.describe()} is not a window model")
 
     @torch.no_grad()
-    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor,
+    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor, target_window: Tensor | None = None,
                       max_elements: int = DEFAULT_SCORE_ELEMENTS, precision: str = "fp32") -> Tensor:
-        """Natural-log probability of each window's target: the acausal scoring entry point.
-        ``windows: int64 (N, L)``, ``valid: bool (N, L)``, ``targets: int64 (N,)`` -> float32
-        ``(N,)`` on the model's device, in chunks whose logits hold at most ``max_elements``."""
+        """Natural-log probabilities of targets in windows: the acausal scoring entry point.
+
+        ``windows: int64 (N, L)`` and ``valid: bool (N, L)`` (:mod:`lm.window`), ``targets: int64
+        (M,)``, ``target_window: int64 (M,)`` each target's window (default ``arange(N)``, one
+        each). The target is masked, so a window's features do not depend on it: each window
+        is read once however many targets it has (a lattice's parallel arcs). Returns float32
+        ``(M,)`` on the model's device; chunks of windows hold at most ``max_elements`` logits."""
         device = self.device
         windows, valid, targets = windows.to(device), valid.to(device), targets.to(device).contiguous()
+        if target_window is None:
+            if targets.shape[0] != windows.shape[0]:
+                raise ValueError(f"{targets.shape[0]} targets for {windows.shape[0]} windows: give target_window")
+            target_window = torch.arange(windows.shape[0], device=device)
+        target_window = target_window.to(device)
+        order = torch.argsort(target_window, stable=True)
+        sorted_window = target_window[order]
         result = torch.empty(targets.shape[0], device=device)
         chunk = self.rows_within(max_elements)
         for start in range(0, windows.shape[0], chunk):
             stop = min(start + chunk, windows.shape[0])
+            lo, hi = torch.searchsorted(sorted_window, torch.tensor([start, stop], device=device)).tolist()
+            if lo == hi:
+                continue
             features = self.dropout(self.window_features(windows[start:stop], valid[start:stop]))
-            rows = torch.arange(stop - start, device=device)
-            result[start:stop] = self._pick(features, rows, targets[start:stop], max_elements, precision)
+            picked = order[lo:hi]
+            result[picked] = self._pick(features, target_window[picked] - start, targets[picked], max_elements,
+                                        precision)
         return result
 
     def _low(self, name: str, weight: Tensor, precision: str) -> Tensor | None:

@@ -94,10 +94,11 @@ class WindowScorer(_ModelScorer):
         self.future: int = loaded.config.future
         self.mask_id: int = loaded.model.mask_id
 
-    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor) -> Tensor:
-        """float32 ``(N,)`` log-probabilities of ``targets: (N,)`` in ``windows: int64 (N, L)``
-        (``valid: bool (N, L)``; column ``rho`` holds the mask), on the model's device."""
-        return self.loaded.model.score_windows(windows, valid, targets, max_elements=self.max_elements,
+    def score_windows(self, windows: Tensor, valid: Tensor, targets: Tensor, target_window: Tensor) -> Tensor:
+        """float32 ``(M,)`` log-probabilities of ``targets: (M,)``, each in its window
+        ``windows[target_window]`` (int64 ``(N, L)``, ``valid: bool (N, L)``; column ``rho``
+        holds the mask), on the model's device."""
+        return self.loaded.model.score_windows(windows, valid, targets, target_window, max_elements=self.max_elements,
                                                precision=self.precision)
 
 
@@ -116,13 +117,12 @@ def window_values(scorer: WindowScorer, sentences: Sequence[Sequence[int]]) -> T
     every distinct (window, word) scored once."""
     tokens, lengths = sentence_tokens([list(s) for s in sentences], scorer.bos_id, scorer.eos_id)
     windows, valid, targets, _ = build_windows(tokens, lengths, scorer.rho, scorer.future, scorer.mask_id)
-    rows = torch.cat([torch.where(valid, windows, PAD), targets.unsqueeze(1)], dim=1)
-    if rows.shape[0] == 0:
+    if windows.shape[0] == 0:
         return torch.zeros(0, dtype=torch.float64)
-    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
-    keys = unique[:, :-1]
-    values = scorer.score_windows(keys.clamp(min=0), keys != PAD, unique[:, -1])
-    return values.to("cpu", torch.float64)[inverse]
+    keys, window_of = torch.unique(torch.where(valid, windows, PAD), dim=0, return_inverse=True)
+    pairs, pair_of = torch.unique(torch.stack([window_of, targets], dim=1), dim=0, return_inverse=True)
+    values = scorer.score_windows(keys.clamp(min=0), keys != PAD, pairs[:, 1], pairs[:, 0])
+    return values.to("cpu", torch.float64)[pair_of]
 
 
 #: (target, context-slot) numbers one chunk of sentences builds at most (bounds the memory of

@@ -142,3 +142,17 @@ def test_the_command_line_trains_scores_and_describes_a_window_model(tmp_path, c
     lattice.write_text("u\n0 1 the 1,1,\n1 2 cat 1,1,\n2\n\n")
     assert main(["rescore", "--model", str(model), str(lattice)]) == 2
     assert "is an acausal window model" in capsys.readouterr().err
+
+
+def test_a_window_read_once_serves_every_target(vocab):
+    """``target_window``: several targets of one window give what one window per target gives."""
+    model = window_model(rho=2, future=1, softmax="adaptive", cutoffs=(4,), seed=5)
+    sentences = [vocab.encode(s) for s in random_sentences(5, seed=6)]
+    tokens, lengths = sentence_tokens(sentences, vocab.bos_id, vocab.eos_id)
+    windows, valid, _, _ = build_windows(tokens, lengths, 2, 1, model.mask_id)
+    rng = random.Random(0)
+    targets = torch.tensor([rng.randrange(4, vocab.size) for _ in range(3 * windows.shape[0])])
+    target_window = torch.arange(windows.shape[0]).repeat(3)[torch.randperm(3 * windows.shape[0])]
+    shared = model.score_windows(windows, valid, targets, target_window, max_elements=40)
+    one_each = model.score_windows(windows[target_window], valid[target_window], targets, max_elements=40)
+    assert shared.tolist() == pytest.approx(one_each.tolist(), abs=1e-5)
