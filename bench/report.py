@@ -437,10 +437,80 @@ def tune_transfer(results: Path) -> list[str]:
                          "bootstrap 95%", "significant", "weights"], rows)]
 
 
+def untuned_defaults(results: Path) -> list[str]:
+    """``untuned_defaults.json``: afp rescore with untuned weights on the ESPnet lists."""
+    data = _load(results / "untuned_defaults.json")
+    if not data:
+        return []
+    rows = [[r["set"], r["system"], " ".join(r["flags"]) or "(none)", f"{r['first_pass_wer']:.2f}", f"{r['wer']:.2f}",
+             f"{r['p']:.2g}", f"{r['weights']['old_lm_weight']:g} / {r['weights']['lm_weight']:g}"] for r in data["rows"]]
+    return ["## Untuned defaults on the ESPnet lists (`python -m bench.untuned_defaults`)", "",
+            f"`{data['command']}`: `afp rescore --model {data['model']}` with the flags shown; p: matched pairs against "
+            "the first pass.", "", *_table(["set", "system", "flags", "first pass", "WER", "p", "old LM / new LM weight"],
+                                           rows)]
+
+
+def acausal(results: Path) -> list[str]:
+    """``acausal.json``: window models' pseudo-perplexities, expansion cost and WER."""
+    data = _load(results / "acausal.json")
+    if not data:
+        return []
+    lines = ["## Acausal window models (`python -m bench.acausal`)", ""]
+    if "ppl" in data:
+        rows = [[name, r["describe"], "pseudo-ppl" if r["pseudo"] else "ppl", f"{r['ppl']:.2f}", r["tokens"]]
+                for name, r in data["ppl"]["models"].items()]
+        lines += [f"`{data['commands']['ppl']}`: `{data['ppl']['valid']}`; GRU-256, one epoch of Switchboard each, the "
+                  "same options. A pseudo-perplexity scores each word from the words around it: it says how much the "
+                  "right context tells, not which is the better language model.", "",
+                  *_table(["model", "kind", "measure", "value", "tokens"], rows)]
+    if "expansion" in data:
+        rows = [[name, v["causal"]["expanded_arcs"], v["two_sided"]["expanded_arcs"], f"{v['ratio']['expanded_arcs']:.2f}",
+                 f"{v['causal']['total_s']:.2f}", f"{v['two_sided']['total_s']:.2f}", f"{v['ratio']['total_s']:.1f}",
+                 f"{v['two_sided']['score_s']:.2f}"] for name, v in data["expansion"].items()]
+        lines += [f"`{data['commands']['expansion']}`: causal expansion against the two-sided one (the causal model "
+                  "plus the window model as a feature), in one run.", "",
+                  *_table(["inputs", "causal arcs", "two-sided arcs", "arc ratio", "causal s", "two-sided s",
+                           "time ratio", "two-sided scoring s"], rows)]
+    if "wer" in data:
+        sets = list(data["wer"]["first_pass"])
+        rows = [["first pass", *(f"{data['wer']['first_pass'][s]:.2f}" for s in sets), "-", "-"]]
+        for system, results_ in data["wer"]["systems"].items():
+            tuned = [next(v for k, v in results_.items() if k.startswith(s) and "tuned on" in k) for s in sets]
+            rows.append([system, *(f"{t['wer']:.2f}" for t in tuned),
+                         " / ".join(f"{t['against_first_pass']['mapsswe']['p']:.2g}" for t in tuned),
+                         " / ".join(f"{t['against_reweighted']['mapsswe']['p']:.2g}" if "against_reweighted" in t
+                                    else "-" for t in tuned)])
+        lines += [f"`{data['commands']['wer']}`: ESPnet 30-best lists, each system tuned on one dev set by the joint "
+                  f"search and applied to the other; window model `{data['wer']['window_model']}` "
+                  f"({data['wer']['window']}).", "",
+                  *_table(["system", *sets, "p vs first pass", "p vs re-weighting"], rows)]
+    return lines
+
+
+def ngrams(results: Path) -> list[str]:
+    """``ngram_build.json`` and ``ngram_store.json``."""
+    lines = []
+    build = _load(results / "ngram_build.json")
+    if build:
+        rows = [[r["words"], sum(r["ngrams"].values()), f"{r['seconds']['build']:.0f}", f"{r['seconds']['write']:.0f}",
+                 f"{r['peak_rss_mib']:.0f}", r["command"]] for r in build["runs"]]
+        lines += ["## Kneser-Ney n-grams: `afp ngram`", "", build["note"] + ".", "",
+                  *_table(["words", "n-grams", "build s", "write s", "peak MiB", "command"], rows)]
+    store = _load(results / "ngram_store.json")
+    if store:
+        rows = [[r["reader"], f"{r['load_s']:.1f}", f"{r['peak_rss_mib']:.0f}", f"{r['lookups_per_s']:,.0f}",
+                 f"{r['logprob']:.2f}"] for r in store["rows"] if "error" not in r]
+        lines += ["## ARPA readers side by side (`python -m bench.ngram_store`)", "",
+                  f"`{store['command']}`: {sum(store['ngrams'] or [])} n-grams; each reader in its own process, one "
+                  "thread. kenlm is a benchmark reference only (built from source), never a dependency.", "",
+                  *_table(["reader", "load s", "peak MiB", "lookups/s", "log-probability"], rows)]
+    return lines
+
+
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
                                  softmax_wikitext, rescoring,
                                  long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load, wer,
-                                 tune_transfer, conversational)
+                                 tune_transfer, untuned_defaults, acausal, ngrams, conversational)
 
 
 def render(results: Path = RESULTS) -> str:
