@@ -23,13 +23,13 @@ from typing import Any
 from afp.defaults import default_model_dir
 from afp.features import load_features
 from afp.jobs import Failure, iter_lattices, rescore_all
-from afp.mixtures import mixed_scorer
+from afp.mixtures import mixed_scorer, open_model
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
 from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_OLD_LM_WEIGHT, RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
-from lm.checkpoint import LoadedModel, open_model
+from lm.checkpoint import LoadedModel
 from lm.ngram_store import StoreScorer
 from lm.device import resolve_device
 from lm.scorer import LMScorer, TextScore, text_score

@@ -84,6 +84,9 @@ class InterpolatedScorer:
         self._tables = [torch.tensor([s.bos_id, s.eos_id], dtype=torch.int64) for s in self.scorers]
         self._lock = threading.Lock()
 
+    #: what ``afp info`` and ``GET /v1/models`` say of the output layer's precision
+    precision = "per part (a mixture)"
+
     def word_ids(self, words: Sequence[str]) -> Tensor:
         """int64 ``(len(words),)``: this scorer's ids, new words added to its table."""
         with self._lock:

@@ -198,8 +198,7 @@ class Observe:
 
 
 def _load_runtime(settings: Settings, metrics: Metrics):
-    from lm.checkpoint import open_model
-    from lm.scorer import scorer_of
+    from afp.mixtures import open_model, scorer_of
     from lm.device import resolve_device
     from afp.batching import BatchingScorer
     from service.engine import Runtime

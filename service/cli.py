@@ -6,6 +6,7 @@ Commands:
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
   afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
   afp ngram  (--text FILE... | --data DIR) --order N --out LM.arpa[.gz]   a modified Kneser-Ney n-gram
+  afp mix    --text DEV --out DIR MODEL...          EM interpolation weights; a mixture --model DIR loads
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
   afp tune   [--model DIR] --refs REFS INPUT...     choose weights on a dev set by WER (joint search)
@@ -78,7 +79,7 @@ class CLIError(Exception):
 
 def _load(model_dir: str | None, device: str = "cpu"):
     """``--model``: a model directory or an ARPA n-gram (``.arpa``, ``.arpa.gz``)."""
-    from lm.checkpoint import open_model
+    from afp.mixtures import open_model
 
     return open_model(model_dir or default_model_dir(), device=_device(device))
 
@@ -258,6 +259,17 @@ def cmd_ngram(args: argparse.Namespace) -> None:
                            "write": time.perf_counter() - built},
                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     print(json.dumps(summary))
+
+
+def cmd_mix(args: argparse.Namespace) -> None:
+    from afp.mixtures import estimate_weights, open_model, scorer_of, write_mixture
+
+    sentences = _read_text(args.text, keep_empty=False)
+    loaded = [open_model(path, device=_device(args.device)) for path in args.models]
+    scorers = [scorer_of(m, precision=args.score_precision or "auto") for m in loaded]
+    weights, report = estimate_weights(scorers, list(sentences))
+    write_mixture(args.out, args.models, weights, {"text": args.text, **report})
+    print(json.dumps({"out": args.out, "models": args.models, "weights": weights, **report}))
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
@@ -621,9 +633,9 @@ def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
     """The context scorer of a CLI job: ``loaded`` with ``--score-precision`` (and, for ``ppl``
     and ``score``, ``--max-elements``). ``windows``: a window model (``--future``) is scored as
     one (``ppl``, ``score``); elsewhere it is refused with a message saying what it is."""
-    from afp.mixtures import mixed_scorer, parse_interpolate
+    from afp.mixtures import mixed_scorer, parse_interpolate, scorer_of
     from lm.model import DEFAULT_SCORE_ELEMENTS
-    from lm.scorer import WindowScorer, scorer_of
+    from lm.scorer import WindowScorer
 
     precision = args.score_precision or "auto"
     max_elements = getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS
@@ -933,6 +945,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-count", type=int, help=f"words seen fewer times become <unk> (default {PrepareConfig.min_count})")
     p.add_argument("--max-vocab", type=int, help="keep at most this many words")
     p.set_defaults(func=cmd_ngram)
+
+    p = sub.add_parser("mix", help="estimate interpolation weights by EM and write a mixture model directory",
+                       description="Score held-out text with every model once, find the linear interpolation "
+                                   "weights that maximise its likelihood (EM, as SRILM's compute-best-mix), and write "
+                                   "DIR/mixture.json: --model DIR then loads the mixture like any model (exact "
+                                   "rescoring, token by token in probability space).")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="model directories or ARPA files (.arpa, .arpa.gz)")
+    p.add_argument("--text", required=True, metavar="FILE", help="held-out text, one sentence per line")
+    p.add_argument("--out", required=True, metavar="DIR", help="the mixture directory to write")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--threads", type=_positive, default=1, metavar="N", help="CPU threads of model calls (default 1)")
+    _add_score_precision(p)
+    p.set_defaults(func=cmd_mix)
 
     p = sub.add_parser("train", help="train a language model")
     p.add_argument("--config", metavar="FILE", help='JSON {"model": {...}, "train": {...}}; flags override it')

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 import afp
 from afp.mixtures import MixtureSpecError, parse_interpolate
@@ -61,3 +62,59 @@ def test_weights_that_leave_nothing_for_the_model_are_an_error(models, capsys):
     assert main(["ppl", "--model", str(first), "--interpolate", f"{second}:0.6", "--interpolate",
                  f"{second}:0.5", "--text", "-"]) == 2
     assert "must keep a weight above 0" in capsys.readouterr().err
+
+
+def test_afp_mix_estimates_weights_and_writes_a_model_every_door_loads(tmp_path, capsys):
+    """``afp mix`` finds the EM weights (the held-out likelihood is highest there: a nudge either
+    way lowers it) and writes a directory that ``--model`` loads at every door, with the mixture's
+    probabilities: every hypothesis's ``lm_logprob`` equals ``afp score``'s with it."""
+    import json
+
+    import afp
+    from afp.mixtures import estimate_weights, open_model, scorer_of
+    from lm.scorer import score_sentences
+    from service.cli import main
+    from tests.factories import patterned_sentences, random_sentences, write_text
+    from tests.service.test_app import client_for
+
+    text = write_text(tmp_path / "train.txt", patterned_sentences(300, seed=3))
+    dev = write_text(tmp_path / "dev.txt", patterned_sentences(20, seed=4) + random_sentences(20, seed=4))
+    arpa = tmp_path / "lm.arpa.gz"
+    assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(arpa)]) == 0
+    other = write_text(tmp_path / "other.txt", random_sentences(300, seed=5))  # what the trigram has not seen
+    assert main(["ngram", "--text", str(other), "--order", "2", "--out", str(tmp_path / "bigram.arpa")]) == 0
+    capsys.readouterr()
+    assert main(["mix", "--text", str(dev), "--out", str(tmp_path / "mix"), str(tmp_path / "bigram.arpa"),
+                 str(arpa)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    weights = report["weights"]
+    assert len(weights) == 2 and abs(sum(weights) - 1) < 1e-9 and 0.01 < weights[1] < 0.99
+    assert report["mixture_ppl"] < min(report["part_ppl"])  # an interior optimum beats both parts
+    loaded = open_model(tmp_path / "mix")
+    parts = [scorer_of(p, precision="fp32") for p in loaded.parts]
+    sentences = [line.split() for line in dev.read_text().splitlines()]
+    best, _ = estimate_weights(parts, sentences)
+
+    def likelihood(w: float) -> float:
+        columns = [torch.cat(score_sentences(s, sentences)) for s in parts]
+        return float(torch.logsumexp(torch.stack([columns[0] + math.log(1 - w), columns[1] + math.log(w)]), 0).sum())
+
+    assert best == pytest.approx(weights, abs=1e-6)
+    assert likelihood(best[1]) >= max(likelihood(best[1] * 0.9), likelihood(min(best[1] * 1.1, 0.999)))
+    lattice = tmp_path / "lat.txt"
+    lattice.write_text("u1\n0 1 the 1,10,\n0 1 a 1.5,9,\n1 2 cat 0.5,8,\n1 2 dog 0.5,8.2,\n2 3 sat 1,20,\n3\n\n")
+    assert main(["rescore", "--model", str(tmp_path / "mix"), "--json", "--nbest", "4", "--lm-weight", "1",
+                 str(lattice)]) == 0
+    hyps = [h for line in capsys.readouterr().out.splitlines() for h in json.loads(line)["nbest"]]
+    sentences_file = write_text(tmp_path / "hyps.txt", [h["words"] for h in hyps])
+    assert main(["score", "--model", str(tmp_path / "mix"), "--text", str(sentences_file), "--json"]) == 0
+    scored = [json.loads(line)["logprob"] for line in capsys.readouterr().out.splitlines()]
+    assert [h["lm_logprob"] for h in hyps] == pytest.approx(scored, abs=1e-4)
+    assert main(["info", "--model", str(tmp_path / "mix"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"].startswith("mixture of")
+    with client_for(tmp_path / "mix") as client:
+        r = client.post("/v1/rescore", json={"lattice": lattice.read_text(), "nbest": 4, "lm_weight": 1})
+        assert [h["lm_logprob"] for h in r.json()["results"][0]["nbest"]] == pytest.approx(scored, abs=1e-4)
+        assert client.get("/v1/models").status_code == 200
+    api = afp.load_model(tmp_path / "mix").rescore(str(lattice), nbest=4, lm_weight=1)
+    assert [h.lm_logprob for h in api[0][0].nbest] == pytest.approx(scored, abs=1e-4)
