@@ -496,6 +496,17 @@ def ngrams(results: Path) -> list[str]:
                  f"{r['peak_rss_mib']:.0f}", r["command"]] for r in build["runs"]]
         lines += ["## Kneser-Ney n-grams: `afp ngram`", "", build["note"] + ".", "",
                   *_table(["words", "n-grams", "build s", "write s", "peak MiB", "command"], rows)]
+    speed = _load(results / "ngram_speed.json")
+    if speed:
+        rows = [[r["case"], r["afp_model"], f"{r['afp']['total']:.2f}", f"{r['afp']['expand']:.2f}",
+                 f"{r['afp']['score']:.2f}", f"{r['afp']['search']:.2f}", f"{r['ngram_4gram']['total']:.2f}",
+                 f"{r['total_ratio_afp_over_ngram']:.2f}", f"{r['shared_scoring_ratio_afp_over_ngram']:.2f}"]
+                for r in speed["rows"]]
+        lines += ["## AFP model against a 4-gram of the same vocabulary (`python -m bench.ngram_speed`)", "",
+                  f"`{speed['command']}`, one thread, side by side in one run; seconds summed over the inputs. The "
+                  "last column: scoring alone on one shared expansion.", "",
+                  *_table(["inputs", "AFP model", "AFP total s", "expand", "score", "search", "4-gram total s",
+                           "AFP / 4-gram", "scoring only, same expansion"], rows)]
     store = _load(results / "ngram_store.json")
     if store:
         rows = [[r["reader"], f"{r['load_s']:.1f}", f"{r['peak_rss_mib']:.0f}", f"{r['lookups_per_s']:,.0f}",
