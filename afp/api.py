@@ -190,6 +190,6 @@ def _lattices(inputs: Sequence[Input], fmt: str, symbols: Sequence[str] | None) 
 def _old_lm(old_lm: str | Path | ContextScorer | None) -> ContextScorer | None:
     if old_lm is None or not isinstance(old_lm, (str, Path)):
         return old_lm
-    from lm.ngram_store import read_arpa_store
+    from lm.ngram_store import load_store
 
-    return StoreScorer(read_arpa_store(old_lm))
+    return StoreScorer(load_store(old_lm))

@@ -7,7 +7,9 @@
 Each reader runs in a subprocess of its own (one thread): load time, peak RSS (``ru_maxrss``), and
 the (history, word) lookups per second of scoring every token of the text (as ``afp ppl`` does:
 sentence pairs, the scorer's batch interface; KenLM: ``full_scores`` per sentence), with the
-total log-probability, which must agree. Writes ``bench/results/ngram_store.json``.
+total log-probability, which must agree. ``store-dir`` maps the n-gram model directory
+(``afp ngram --store``; made from the file before the measurement when missing) instead of
+parsing the ARPA text. Writes ``bench/results/ngram_store.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from pathlib import Path
 
 from bench.common import RESULTS, SHARED_DATA, environment, write_json
 
-READERS = ("dict", "store", "kenlm")
+READERS = ("dict", "store", "store-dir", "kenlm")
+
+
+def store_dir(arpa: str) -> Path:
+    """Where the model directory of ``arpa`` is kept (made from it on first use)."""
+    path = Path(arpa + ".store")
+    if not (path / "ngram.json").is_file():
+        from lm.ngram_store import read_arpa_store, save_store
+
+        save_store(read_arpa_store(arpa), path)
+    return path
 
 
 def measure(reader: str, arpa: str, text: str) -> dict:
@@ -45,10 +57,15 @@ def measure(reader: str, arpa: str, text: str) -> dict:
                 lookups += 1
     else:
         from lm.ngram import NgramScorer, read_arpa
-        from lm.ngram_store import StoreScorer, read_arpa_store
+        from lm.ngram_store import StoreScorer, load_store, read_arpa_store
         from lm.scorer import sentence_pairs
 
-        scorer = NgramScorer(read_arpa(arpa)) if reader == "dict" else StoreScorer(read_arpa_store(arpa))
+        if reader == "dict":
+            scorer = NgramScorer(read_arpa(arpa))
+        elif reader == "store":
+            scorer = StoreScorer(read_arpa_store(arpa))
+        else:  # the n-gram model directory beside the file (afp ngram --store), arrays mapped
+            scorer = StoreScorer(load_store(store_dir(arpa)))
         loaded = time.perf_counter()
         ids = [scorer.word_ids(s).tolist() for s in sentences]
         contexts, lengths, targets, target_context, _ = sentence_pairs(ids, scorer.bos_id, scorer.eos_id,
@@ -71,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.arpa, args.text)))
         return
+    if "store-dir" in args.readers.split(","):
+        store_dir(args.arpa)  # made before the measurements, not inside one
     rows = []
     for reader in args.readers.split(","):
         done = subprocess.run([sys.executable, "-m", "bench.ngram_store", args.arpa, "--text", args.text, "--one",

@@ -154,10 +154,11 @@ def _wrong_shapes(model: LanguageModel, weights: Path) -> list[str]:
 
 def open_model(path: str | Path, device: str | torch.device = "cpu") -> Any:
     """What ``--model`` names: a model directory (:func:`load_checkpoint`), or an ARPA n-gram
-    file (``.arpa``, ``.arpa.gz``: :func:`lm.ngram_store.load_ngram`, always on the CPU)."""
-    from lm.ngram_store import is_arpa_path, load_ngram
+    file (``.arpa``, ``.arpa.gz``) or n-gram model directory (``ngram.json``):
+    :func:`lm.ngram_store.load_ngram`, always on the CPU."""
+    from lm.ngram_store import is_arpa_path, is_store_dir, load_ngram
 
-    if is_arpa_path(path):
+    if is_arpa_path(path) or is_store_dir(path):
         return load_ngram(path)
     return load_checkpoint(path, device)
 

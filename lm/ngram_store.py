@@ -16,6 +16,7 @@ predicted, an unknown word is ``<unk>``, or :data:`lm.ngram.LOG_FLOOR` when the 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -268,8 +269,51 @@ class StoreScorer:
 
 
 def load_store(path: str | Path) -> NgramStore:
-    """:func:`read_arpa_store` (the one entry point, so a binary cache can come later)."""
-    return read_arpa_store(path)
+    """An n-gram model directory (:func:`save_store`, arrays mapped), else an ARPA file."""
+    return _open_store(Path(path)) if is_store_dir(path) else read_arpa_store(path)
+
+
+STORE_FILE = "ngram.json"
+STORE_FORMAT = "afp-ngram-store/1"
+
+
+def save_store(store: NgramStore, directory: str | os.PathLike[str]) -> Path:
+    """Write ``store`` as an n-gram model directory: ``ngram.json`` (format, order, words, counts)
+    and per order ``keys-N.npy``, ``logprobs-N.npy``, ``backoffs-N.npy``; :func:`load_store`
+    maps the arrays back without parsing (``--model DIR`` loads it in a second where the ARPA
+    text takes minutes)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for n in range(1, store.order + 1):
+        if store.keys[n - 1].dtype.kind == "V":
+            raise ValueError(f"{directory}: keys wider than 64 bits are kept in ARPA form only")
+        np.save(directory / f"keys-{n}.npy", store.keys[n - 1])
+        np.save(directory / f"logprobs-{n}.npy", store.logprobs[n - 1])
+        np.save(directory / f"backoffs-{n}.npy", store.backoffs[n - 1])
+    meta = {"format": STORE_FORMAT, "order": store.order, "counts": list(store.counts), "words": list(store.words),
+            "num_file_words": store.num_file_words, "source": store.source}
+    (directory / STORE_FILE).write_text(json.dumps(meta) + "\n", encoding="utf-8")  # last: a complete directory
+    return directory
+
+
+def is_store_dir(path: str | os.PathLike[str]) -> bool:
+    return (Path(path) / STORE_FILE).is_file()
+
+
+def _open_store(directory: Path) -> NgramStore:
+    meta = json.loads((directory / STORE_FILE).read_text(encoding="utf-8"))
+    if meta.get("format") != STORE_FORMAT:
+        raise ArpaFormatError(f"{directory / STORE_FILE}: not an {STORE_FORMAT} directory")
+    order = int(meta["order"])
+
+    def load(name: str) -> np.ndarray:
+        return np.load(directory / name, mmap_mode="r")
+
+    return NgramStore(words=tuple(meta["words"]), order=order,
+                      keys=[load(f"keys-{n}.npy") for n in range(1, order + 1)],
+                      logprobs=[load(f"logprobs-{n}.npy") for n in range(1, order + 1)],
+                      backoffs=[load(f"backoffs-{n}.npy") for n in range(1, order + 1)],
+                      num_file_words=int(meta["num_file_words"]), source=str(directory))
 
 
 def is_arpa_path(path: str | os.PathLike[str]) -> bool:
@@ -340,5 +384,5 @@ class LoadedNgram:
 
 
 def load_ngram(path: str | os.PathLike[str]) -> LoadedNgram:
-    """An ARPA file as a model for the front ends."""
-    return LoadedNgram(store=read_arpa_store(path), path=Path(path))
+    """An ARPA file or an n-gram model directory (:func:`save_store`) as a model for the front ends."""
+    return LoadedNgram(store=load_store(path), path=Path(path))

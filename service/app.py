@@ -212,9 +212,9 @@ def _load_runtime(settings: Settings, metrics: Metrics):
                             on_batch=metrics.on_batch)
     old_lm = None
     if settings.old_lm is not None:
-        from lm.ngram_store import StoreScorer, read_arpa_store
+        from lm.ngram_store import StoreScorer, load_store
 
-        old_lm = StoreScorer(read_arpa_store(settings.old_lm))
+        old_lm = StoreScorer(load_store(settings.old_lm))
     weights = None
     if settings.weights is not None:
         from afp.weights import TunedWeights

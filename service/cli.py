@@ -253,10 +253,16 @@ def cmd_ngram(args: argparse.Namespace) -> None:
                                  vocab.size, vocab.bos_id, predictable)
         built = time.perf_counter()
         counts = kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, args.out)
+    written = time.perf_counter()
+    if args.store:  # the same file as mapped arrays: --model DIR loads it without parsing
+        from lm.ngram_store import read_arpa_store, save_store
+
+        save_store(read_arpa_store(args.out), args.store)
     summary = {"out": args.out, "order": args.order, "vocab_size": vocab.size, "words": prepared.train.words,
                **counts, "discounts": {f"{o.n}-grams": list(o.discounts) for o in model.orders},
-               "seconds": {"prepare": counted - started, "build": built - counted,
-                           "write": time.perf_counter() - built},
+               "seconds": {"prepare": counted - started, "build": built - counted, "write": written - built,
+                           **({"store": time.perf_counter() - written} if args.store else {})},
+               **({"store": args.store} if args.store else {}),
                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     print(json.dumps(summary))
 
@@ -531,9 +537,9 @@ def _features(args: argparse.Namespace, loaded) -> dict[str, Any]:
 def _old_lm(path: str | None):
     if not path:
         return None
-    from lm.ngram_store import StoreScorer, read_arpa_store
+    from lm.ngram_store import StoreScorer, load_store
 
-    return StoreScorer(read_arpa_store(path))
+    return StoreScorer(load_store(path))
 
 
 def cmd_rescore_cuts(args: argparse.Namespace) -> None:
@@ -567,10 +573,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings = Settings(**overrides)
     except Exception as err:  # pydantic's ValidationError: report it as a usage error
         raise CLIError(f"invalid server settings: {err}") from None
-    from lm.ngram_store import is_arpa_path
+    from lm.ngram_store import is_arpa_path, is_store_dir
 
-    if is_arpa_path(settings.model_dir):
-        if not settings.model_dir.is_file():
+    if is_arpa_path(settings.model_dir) or is_store_dir(settings.model_dir):
+        if not settings.model_dir.exists():
             raise CLIError(f"{settings.model_dir}: no such ARPA file")
     elif not (settings.model_dir / "config.json").is_file():
         raise CLIError(f"{settings.model_dir}: not a model directory (no config.json)")
@@ -941,6 +947,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", metavar="DIR", help="instead of --text: a directory afp prepare wrote (its train split)")
     p.add_argument("--order", type=int, required=True, help="n of the model")
     p.add_argument("--out", required=True, metavar="LM.arpa[.gz]", help="the ARPA file to write (gzip for .gz)")
+    p.add_argument("--store", metavar="DIR", help="also write the model as an n-gram model directory (numpy arrays "
+                                                  "that --model DIR maps in a second; the ARPA text takes minutes)")
     p.add_argument("--words-txt", metavar="FILE", help="read the vocabulary from a Kaldi words.txt")
     p.add_argument("--min-count", type=int, help=f"words seen fewer times become <unk> (default {PrepareConfig.min_count})")
     p.add_argument("--max-vocab", type=int, help="keep at most this many words")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 import pytest
 
 from bench.kneser_ney import write_arpa
@@ -102,3 +104,27 @@ def test_an_arpa_file_is_a_model_at_every_door(tmp_path, capsys):
     model = afp.load_model(arpa)
     api = [h.lm_logprob for res in model.rescore(str(lattices), nbest=4, lm_weight=1) for h in res[0].nbest]
     assert api == pytest.approx(scored, abs=1e-4)
+
+
+def test_an_ngram_model_directory_maps_the_same_model(tmp_path, capsys):
+    """``afp ngram --store DIR`` writes the arrays; ``--model DIR`` (and ``--old-lm DIR``) load them
+    without parsing, with the ARPA file's numbers."""
+    import json
+
+    from lm.ngram_store import load_store
+    from service.cli import main
+    from tests.factories import patterned_sentences, write_text
+
+    text = write_text(tmp_path / "train.txt", patterned_sentences(200, seed=2))
+    assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(tmp_path / "lm.arpa"),
+                 "--store", str(tmp_path / "lm")]) == 0
+    assert json.loads(capsys.readouterr().out)["store"] == str(tmp_path / "lm")
+    mapped, parsed = load_store(tmp_path / "lm"), load_store(tmp_path / "lm.arpa")
+    assert mapped.words == parsed.words and mapped.counts == parsed.counts
+    assert all(np.array_equal(a, b) for a, b in zip(mapped.logprobs, parsed.logprobs))
+    sentences = write_text(tmp_path / "s.txt", patterned_sentences(20, seed=3))
+    outputs = []
+    for model in ("lm", "lm.arpa"):
+        assert main(["score", "--model", str(tmp_path / model), "--text", str(sentences), "--json"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
