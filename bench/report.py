@@ -487,6 +487,26 @@ def acausal(results: Path) -> list[str]:
     return lines
 
 
+def wer_models(results: Path) -> list[str]:
+    """``wer_models.json``: the AFP model, a KN 4-gram and their mixture on the ESPnet lists."""
+    data = _load(results / "wer_models.json")
+    if not data or "first_pass" not in data:
+        return []
+    sets = list(data["first_pass"])
+    rows = [["first pass", "-", *(f"{data['first_pass'][s]:.2f}" for s in sets), "-", "-"]]
+    for system, found in data["systems"].items():
+        tuned = [next(v for k, v in found.items() if k.startswith(s) and "tuned on" in k) for s in sets]
+        rows.append([system, data["models"].get(system, {}).get("name", "-"), *(f"{t['wer']:.2f}" for t in tuned),
+                     " / ".join(f"{t['against_first_pass']['mapsswe']['p']:.2g}" for t in tuned),
+                     " / ".join(f"{t['against_reweighted']['mapsswe']['p']:.2g}" if "against_reweighted" in t
+                                else "-" for t in tuned)])
+    return ["## Which LM helps the ESPnet first pass? (`python -m bench.wer_models`)", "",
+            f"`{data['command']}`: each system added to the recogniser's own LM and tuned by the joint search on one "
+            "dev set, applied to the other (WER %).", "",
+            *_table(["system", "model", *(f"{s} (tuned on the other)" for s in sets), "p vs first pass",
+                     "p vs re-weighting"], rows)]
+
+
 def ngrams(results: Path) -> list[str]:
     """``ngram_build.json`` and ``ngram_store.json``."""
     lines = []
@@ -521,7 +541,7 @@ def ngrams(results: Path) -> list[str]:
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
                                  softmax_wikitext, rescoring,
                                  long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load, wer,
-                                 tune_transfer, untuned_defaults, acausal, ngrams, conversational)
+                                 tune_transfer, untuned_defaults, acausal, wer_models, ngrams, conversational)
 
 
 def render(results: Path = RESULTS) -> str:
