@@ -25,6 +25,9 @@ train() {  # OUT, then the model and data options
   local carry="bench/results/acausal/carry/$(basename "$out")"
   if [ ! -f "$out/resume/state.json" ] && [ -f "$carry/state.json" ]; then  # a run carried from another session
     .venv/bin/python -m bench.carry unpack "$carry" "$out"
+    if [ ! -f "$out/model.safetensors" ]; then  # a finished run: its last weights are the model (bf16-rounded)
+      cp "$out/resume/model.safetensors" "$out/resume/config.json" "$out/"
+    fi
   fi
   if [ -f "$out/model.safetensors" ] && [ ! -f "$out/resume/state.json" ]; then return; fi
   if [ -f "$out/resume/state.json" ]; then
