@@ -28,6 +28,12 @@ RESUME = "resume"
 KEEP = ("config.json", "state.json")
 
 
+def _cast(source: Path, target: Path, dtype: torch.dtype) -> None:
+    """The safetensors file ``source`` written to ``target`` with its floating tensors as ``dtype``."""
+    weights = load_file(source)
+    save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}, target)
+
+
 def pack(run: Path, carry: Path) -> None:
     source = run / RESUME
     if not (source / "state.json").is_file():
@@ -37,9 +43,7 @@ def pack(run: Path, carry: Path) -> None:
     tmp.mkdir(parents=True)
     for name in KEEP:
         shutil.copy2(source / name, tmp / name)
-    weights = load_file(source / "model.safetensors")
-    save_file({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in weights.items()},
-              tmp / "model.bf16.safetensors")
+    _cast(source / "model.safetensors", tmp / "model.bf16.safetensors", torch.bfloat16)
     generators = {k: v for k, v in load_file(source / "optimizer.safetensors").items() if k.startswith("rng.")}
     save_file(generators, tmp / "rng.safetensors")
     if (run / "metrics.jsonl").is_file():
@@ -60,9 +64,7 @@ def unpack(carry: Path, run: Path) -> None:
     target.mkdir(parents=True)
     for name in KEEP:
         shutil.copy2(carry / name, target / name)
-    weights = load_file(carry / "model.bf16.safetensors")
-    save_file({k: v.to(torch.float32) if v.is_floating_point() else v for k, v in weights.items()},
-              target / "model.safetensors")
+    _cast(carry / "model.bf16.safetensors", target / "model.safetensors", torch.float32)
     shutil.copy2(carry / "rng.safetensors", target / "optimizer.safetensors")  # no moments: Adam restarts them
     if (carry / "metrics.jsonl").is_file():
         shutil.copy2(carry / "metrics.jsonl", run / "metrics.jsonl")

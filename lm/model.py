@@ -23,6 +23,7 @@ scores (context, next token) pairs directly: the entry point of lattice rescorin
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -239,26 +240,35 @@ class LanguageModel(nn.Module, ABC):
           float32 ``(M,)`` on the model's device.
         """
         device = self.device
-        contexts, lengths, targets = contexts.to(device), lengths.to(device), targets.to(device)
-        if target_context is None:
-            if targets.shape[0] != contexts.shape[0]:
-                raise ValueError(f"{targets.shape[0]} targets for {contexts.shape[0]} contexts: give target_context")
-            target_context = torch.arange(contexts.shape[0], device=device)
-        target_context = target_context.to(device)
-        contexts, lengths = self._truncate(contexts, lengths)
-        order = torch.argsort(target_context, stable=True)
-        sorted_context = target_context[order]
+        contexts, lengths = self._truncate(contexts.to(device), lengths.to(device))
+        return self._score_rows(contexts.shape[0], targets, target_context, "contexts",
+                                lambda a, b: self.context_features(contexts[a:b], lengths[a:b]), max_elements, precision)
+
+    def _score_rows(self, rows: int, targets: Tensor, target_row: Tensor | None, what: str,
+                    features_of: Callable[[int, int], Tensor], max_elements: int, precision: str) -> Tensor:
+        """The chunked output layer of :meth:`score_contexts` and :meth:`score_windows`: the
+        features of rows ``a:b`` (``features_of(a, b)``, ``(b - a, F)``) for chunks of rows within
+        ``max_elements`` logits, and the log-probability of every target ``targets: int64 (M,)``
+        at its row ``target_row: int64 (M,)`` (default ``arange(rows)``). float32 ``(M,)``."""
+        device = self.device
+        targets = targets.to(device).contiguous()
+        if target_row is None:
+            if targets.shape[0] != rows:
+                raise ValueError(f"{targets.shape[0]} targets for {rows} {what}: give target_{what[:-1]}")
+            target_row = torch.arange(rows, device=device)
+        target_row = target_row.to(device)
+        order = torch.argsort(target_row, stable=True)
+        sorted_row = target_row[order]
         result = torch.empty(targets.shape[0], device=device)
         chunk = self.rows_within(max_elements)
-        for start in range(0, contexts.shape[0], chunk):
-            stop = min(start + chunk, contexts.shape[0])
-            lo, hi = torch.searchsorted(sorted_context, torch.tensor([start, stop], device=device)).tolist()
+        for start in range(0, rows, chunk):
+            stop = min(start + chunk, rows)
+            lo, hi = torch.searchsorted(sorted_row, torch.tensor([start, stop], device=device)).tolist()
             if lo == hi:
                 continue
-            features = self.dropout(self.context_features(contexts[start:stop], lengths[start:stop]))
+            features = self.dropout(features_of(start, stop))
             picked = order[lo:hi]
-            result[picked] = self._pick(features, target_context[picked] - start, targets[picked], max_elements,
-                                        precision)
+            result[picked] = self._pick(features, target_row[picked] - start, targets[picked], max_elements, precision)
         return result
 
     def _pick(self, features: Tensor, rows: Tensor, targets: Tensor, max_elements: int, precision: str) -> Tensor:
@@ -294,27 +304,9 @@ class LanguageModel(nn.Module, ABC):
         each). The target is masked, so a window's features do not depend on it: each window
         is read once however many targets it has (a lattice's parallel arcs). Returns float32
         ``(M,)`` on the model's device; chunks of windows hold at most ``max_elements`` logits."""
-        device = self.device
-        windows, valid, targets = windows.to(device), valid.to(device), targets.to(device).contiguous()
-        if target_window is None:
-            if targets.shape[0] != windows.shape[0]:
-                raise ValueError(f"{targets.shape[0]} targets for {windows.shape[0]} windows: give target_window")
-            target_window = torch.arange(windows.shape[0], device=device)
-        target_window = target_window.to(device)
-        order = torch.argsort(target_window, stable=True)
-        sorted_window = target_window[order]
-        result = torch.empty(targets.shape[0], device=device)
-        chunk = self.rows_within(max_elements)
-        for start in range(0, windows.shape[0], chunk):
-            stop = min(start + chunk, windows.shape[0])
-            lo, hi = torch.searchsorted(sorted_window, torch.tensor([start, stop], device=device)).tolist()
-            if lo == hi:
-                continue
-            features = self.dropout(self.window_features(windows[start:stop], valid[start:stop]))
-            picked = order[lo:hi]
-            result[picked] = self._pick(features, target_window[picked] - start, targets[picked], max_elements,
-                                        precision)
-        return result
+        windows, valid = windows.to(self.device), valid.to(self.device)
+        return self._score_rows(windows.shape[0], targets, target_window, "windows",
+                                lambda a, b: self.window_features(windows[a:b], valid[a:b]), max_elements, precision)
 
     def _low(self, name: str, weight: Tensor, precision: str) -> Tensor | None:
         """:func:`lm.output.low_precision_weight` of ``weight`` for ``bf16`` scoring (None for

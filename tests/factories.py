@@ -186,3 +186,14 @@ def neutral_mutation(lines: list[str], movable: list[int], ops: list[tuple[str, 
             if out[i].strip():
                 out[i] = out[i].replace(" ", "  ").replace("\t", "\t ")
     return out
+
+
+def espnet_subset(source: Path, out: Path, utterances: int) -> Path:
+    """The first ``utterances`` lines of every ``Kbest_recog/{text,score,scores}`` of the ESPnet
+    decode folder ``source``, written as a folder of the same layout at ``out``."""
+    for folder in sorted(source.glob("*best_recog")):
+        (out / folder.name).mkdir(parents=True)
+        for name in ("text", "score", "scores"):
+            lines = (folder / name).read_text().splitlines()[:utterances]
+            (out / folder.name / name).write_text("\n".join(lines) + "\n")
+    return out

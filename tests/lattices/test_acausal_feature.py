@@ -10,7 +10,7 @@ from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import load_checkpoint
 from lm.scorer import LMScorer, WindowScorer, score_sentences
-from tests.factories import SHARED_DATA, WORDS, random_lattice, saved_model
+from tests.factories import SHARED_DATA, WORDS, espnet_subset, random_lattice, saved_model
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +130,7 @@ def test_real_lattices_and_lists_get_their_exact_acausal_scores(tmp_path, capsys
     from lattices.formats import read_lattice_file
     from service.cli import main
 
-    lists = tmp_path / "lists"
-    for k in range(1, 31):
-        (lists / f"{k}best_recog").mkdir(parents=True)
-        for name in ("text", "score", "scores"):
-            lines = (ESPNET / f"{k}best_recog" / name).read_text().splitlines()[:15]
-            (lists / f"{k}best_recog" / name).write_text("\n".join(lines) + "\n")
+    lists = espnet_subset(ESPNET, tmp_path / "lists", 15)
     ami = sorted(AMI.glob("*.lat.gz"))[0]
     words = {w for lat in read_lattice_file(ami) for w in lat.symbols}
     text = tmp_path / "train.txt"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from tests.factories import SHARED_DATA, WORDS, saved_model
+from tests.factories import SHARED_DATA, WORDS, espnet_subset, saved_model
 
 ESPNET = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
 
@@ -117,13 +117,7 @@ def test_unknown_score_name_is_one_line(capsys, tmp_path, model_dir):
 @pytest.mark.skipif(not ESPNET.is_dir(), reason="../shared/data/nbest is absent")
 def test_real_espnet_lists_are_exact(capsys, tmp_path, model_dir):
     """The first 8 utterances of the real dev_clean lists: lm_logprob equals afp score (every hypothesis)."""
-    subset = tmp_path / "dev_clean"
-    for k in range(1, 31):
-        folder = subset / f"{k}best_recog"
-        folder.mkdir(parents=True)
-        for name in ("text", "score", "scores"):
-            lines = (ESPNET / f"{k}best_recog" / name).read_text().splitlines()[:8]
-            (folder / name).write_text("\n".join(lines) + "\n")
+    subset = espnet_subset(ESPNET, tmp_path / "dev_clean", 8)
     rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "30",
                            "--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.6", "--lm-weight", "0",
                            str(subset)])
@@ -180,13 +174,7 @@ def test_real_espnet_lists_give_their_recogniser_weights_and_first_pass(capsys, 
     assert len(lists) == 2703
     assert {json.dumps(first_pass_weights(n)) for n in lists} == {
         json.dumps({"decoder": 0.6, "ctc": 0.4, "lm": 0.6})}
-    subset = tmp_path / "subset"
-    for k in range(1, 31):
-        folder = subset / f"{k}best_recog"
-        folder.mkdir(parents=True)
-        for name in ("text", "score", "scores"):
-            lines = (ESPNET / f"{k}best_recog" / name).read_text().splitlines()[:40]
-            (folder / name).write_text("\n".join(lines) + "\n")
+    subset = espnet_subset(ESPNET, tmp_path / "subset", 40)
     rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--lm-weight", "0", str(subset)])
     assert len(rows) == 40 and all(not r["changed"] for r in rows)
     assert [r["best"]["words"] for r in rows] == [
