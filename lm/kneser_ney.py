@@ -249,7 +249,7 @@ def write_arpa(model: KneserNeyModel, words: Sequence[str], bos: int, predictabl
     path = Path(path)
     handle = gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if path.suffix == ".gz" else \
         path.open("w", encoding="utf-8")
-    unigram_ids = np.concatenate([[bos], np.flatnonzero(predictable)])
+    unigram_ids = _unigram_ids(bos, predictable)
     counts = [int(unigram_ids.shape[0]), *(int(o.keys.shape[0]) for o in model.orders[1:])]
     word_array = np.array(words, dtype=object)
     with handle as out:
@@ -269,6 +269,46 @@ def write_arpa(model: KneserNeyModel, words: Sequence[str], bos: int, predictabl
                              gamma[first:first + lines_per_chunk], lines_per_chunk)
         out.write("\n\\end\\\n")
     return {f"{n}-grams": c for n, c in enumerate(counts, 1)}
+
+
+def _unigram_ids(bos: int, predictable: np.ndarray) -> np.ndarray:
+    """The vocabulary ids of the ARPA form's unigrams, in file order: ``<s>`` then every
+    predictable word."""
+    return np.concatenate([[bos], np.flatnonzero(predictable)]).astype(np.int64)
+
+
+def to_store(model: KneserNeyModel, words: Sequence[str], bos: int, predictable: np.ndarray):
+    """The model as the :class:`lm.ngram_store.NgramStore` that reading its :func:`write_arpa`
+    file gives (word ids in the file's unigram order; float32 natural logs), straight from the
+    arrays: seconds where writing and parsing the ARPA text of a large model take minutes."""
+    from lm.ngram import LOG10, UNK
+    from lm.ngram_store import NgramStore  # here: lm.ngram_store imports this module's Packer
+
+    unigram_ids = _unigram_ids(bos, predictable)
+    store_words = [words[i] for i in unigram_ids.tolist()]
+    num_file_words = len(store_words)
+    if UNK not in store_words:
+        store_words.append(UNK)
+    renumber = np.full(len(words), -1, dtype=np.int64)
+    renumber[unigram_ids] = np.arange(unigram_ids.shape[0])
+    bits = max(1, (len(store_words) - 1).bit_length())
+    with np.errstate(divide="ignore"):
+        unigram_logp = np.where(unigram_ids == bos, -99.0 * LOG10, np.log(model.unigram_probs[unigram_ids]))
+    gamma1 = model.gammas[0][unigram_ids] if model.order > 1 else np.full(unigram_ids.shape[0], np.nan)
+    keys = [Packer(1, bits).pack(np.arange(unigram_ids.shape[0])[:, None])]
+    logprobs = [unigram_logp.astype(np.float32)]
+    backoffs = [np.nan_to_num(np.log(gamma1), nan=0.0).astype(np.float32)]
+    for n in range(2, model.order + 1):
+        level = model.orders[n - 1]
+        rows = renumber[model.packer(n).unpack(level.keys)]
+        packed = Packer(n, bits).pack(rows)
+        order = np.argsort(packed, kind="stable")
+        gamma = model.gammas[n - 1][order] if n < model.order else np.full(order.shape[0], np.nan)
+        keys.append(packed[order])
+        logprobs.append(np.log(level.probs[order]).astype(np.float32))
+        backoffs.append(np.nan_to_num(np.log(gamma), nan=0.0).astype(np.float32))
+    return NgramStore(words=tuple(store_words), order=model.order, keys=keys, logprobs=logprobs,
+                      backoffs=backoffs, num_file_words=num_file_words, source="afp ngram")
 
 
 def _write_lines(out, logp: np.ndarray, grams: np.ndarray, gamma: np.ndarray, step: int) -> None:

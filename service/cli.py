@@ -5,7 +5,7 @@ Commands:
   afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
   afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
-  afp ngram  (--text FILE... | --data DIR) --order N --out LM.arpa[.gz]   a modified Kneser-Ney n-gram
+  afp ngram  (--text FILE... | --data DIR) --order N [--prune T] --out LM.arpa[.gz] | --store DIR   a modified Kneser-Ney n-gram
   afp mix    --text DEV --out DIR MODEL...          EM interpolation weights; a mixture --model DIR loads
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
@@ -236,6 +236,10 @@ def cmd_ngram(args: argparse.Namespace) -> None:
 
     if bool(args.text) == bool(args.data):
         raise CLIError("give --text FILE... or --data DIR (a directory afp prepare wrote)")
+    if not (args.out or args.store):
+        raise CLIError("give --out LM.arpa[.gz], --store DIR or both: where to write the model")
+    if args.prune is not None and not args.prune >= 0:
+        raise CLIError(f"--prune: the threshold must be a number >= 0, got {args.prune}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="afp-ngram-") as tmp:
         data = args.data
@@ -252,17 +256,29 @@ def cmd_ngram(args: argparse.Namespace) -> None:
         model = kneser_ney.build(kneser_ney.chunks_of(shards, vocab.bos_id, vocab.eos_id, vocab.unk_id), args.order,
                                  vocab.size, vocab.bos_id, predictable)
         built = time.perf_counter()
-        counts = kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, args.out)
-    written = time.perf_counter()
-    if args.store:  # the same file as mapped arrays: --model DIR loads it without parsing
-        from lm.ngram_store import read_arpa_store, save_store
+        full_counts = [int(o.keys.shape[0]) for o in model.orders]
+        if args.prune is not None:
+            from lm.ngram_prune import prune
 
-        save_store(read_arpa_store(args.out), args.store)
+            model = prune(model, args.prune, vocab.bos_id, vocab.eos_id)
+        pruned = time.perf_counter()
+        counts = kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, args.out) if args.out else {}
+    written = time.perf_counter()
+    if args.store:  # the same model as mapped arrays: --model DIR loads it without parsing
+        from lm.ngram_store import save_store
+
+        store = kneser_ney.to_store(model, vocab.words, vocab.bos_id, predictable)
+        save_store(store, args.store)
+        counts = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
+    seconds = {"prepare": counted - started, "build": built - counted,
+               **({"prune": pruned - built} if args.prune is not None else {}),
+               **({"write": written - pruned} if args.out else {}),
+               **({"store": time.perf_counter() - written} if args.store else {})}
     summary = {"out": args.out, "order": args.order, "vocab_size": vocab.size, "words": prepared.train.words,
                **counts, "discounts": {f"{o.n}-grams": list(o.discounts) for o in model.orders},
-               "seconds": {"prepare": counted - started, "build": built - counted, "write": written - built,
-                           **({"store": time.perf_counter() - written} if args.store else {})},
-               **({"store": args.store} if args.store else {}),
+               **({"prune": args.prune, "before_pruning": {f"{n}-grams": c for n, c in enumerate(full_counts, 1)}}
+                  if args.prune is not None else {}),
+               "seconds": seconds, **({"store": args.store} if args.store else {}),
                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     print(json.dumps(summary))
 
@@ -946,9 +962,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", nargs="+", metavar="FILE", help="training texts (one sentence per line; .gz read too)")
     p.add_argument("--data", metavar="DIR", help="instead of --text: a directory afp prepare wrote (its train split)")
     p.add_argument("--order", type=int, required=True, help="n of the model")
-    p.add_argument("--out", required=True, metavar="LM.arpa[.gz]", help="the ARPA file to write (gzip for .gz)")
-    p.add_argument("--store", metavar="DIR", help="also write the model as an n-gram model directory (numpy arrays "
-                                                  "that --model DIR maps in a second; the ARPA text takes minutes)")
+    p.add_argument("--out", metavar="LM.arpa[.gz]", help="the ARPA file to write (gzip for .gz)")
+    p.add_argument("--store", metavar="DIR", help="(also) write the model as an n-gram model directory: numpy arrays "
+                                                  "that --model DIR maps in a second, written in seconds from the "
+                                                  "built arrays (the ARPA text takes minutes to write and to read)")
+    p.add_argument("--prune", type=float, metavar="THRESHOLD",
+                   help="relative-entropy pruning (Stolcke; SRILM's ngram -prune): drop each n-gram of order >= 2 "
+                        "whose removal raises the model's perplexity by less than THRESHOLD relative (e.g. 1e-8 "
+                        "keeps most, 1e-6 a fraction); back-off weights renormalised (lm/ngram_prune.py)")
     p.add_argument("--words-txt", metavar="FILE", help="read the vocabulary from a Kaldi words.txt")
     p.add_argument("--min-count", type=int, help=f"words seen fewer times become <unk> (default {PrepareConfig.min_count})")
     p.add_argument("--max-vocab", type=int, help="keep at most this many words")

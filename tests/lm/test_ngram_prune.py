@@ -1,0 +1,168 @@
+"""Relative-entropy pruning (``lm.ngram_prune``, ``afp ngram --prune``) and the array-built store
+(``lm.kneser_ney.to_store``): each n-gram's divergence against a brute-force computation over the
+whole vocabulary, normalised distributions after pruning, the back-off structure kept, and the
+store equal to the one its ARPA file reads into."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from lm import kneser_ney
+from lm.ngram_prune import backoff_logprob, divergences, history_logprob, prune
+from lm.ngram_store import load_store, read_arpa_store
+from lm.vocab import Vocabulary
+from tests.factories import patterned_sentences, random_sentences
+from tests.lm.test_kneser_ney import shards_of
+
+
+def fitted(order: int, corpus: str = "patterned", size: int = 300):
+    sentences = patterned_sentences(size, seed=order) if corpus == "patterned" else random_sentences(size, seed=order)
+    vocab = Vocabulary.from_sentences(sentences[: len(sentences) // 2])
+    predictable = np.array(vocab.predictable_mask())
+    model = kneser_ney.build(kneser_ney.chunks_of(shards_of(sentences, vocab), vocab.bos_id, vocab.eos_id,
+                                                  vocab.unk_id), order, vocab.size, vocab.bos_id, predictable)
+    return model, vocab, predictable
+
+
+def distribution(model, history: np.ndarray, predictable: np.ndarray) -> np.ndarray:
+    """float64 (V,): p(w | history) of every predictable word under back-off look-up."""
+    words = np.flatnonzero(predictable)
+    rows = np.concatenate([np.repeat(history[None, :], words.shape[0], axis=0), words[:, None]], axis=1)
+    return np.exp(backoff_logprob(model, rows))
+
+
+def contexts_of(model, n: int) -> np.ndarray:
+    rows = model.packer(n).unpack(model.orders[n - 1].keys)
+    return np.unique(rows[:, :-1], axis=0)
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_each_divergence_is_the_kl_of_the_model_without_that_ngram(order):
+    model, vocab, predictable = fitted(order, "random", 120)
+    rng = np.random.default_rng(order)
+    n = order
+    rows = model.packer(n).unpack(model.orders[n - 1].keys)
+    fast = divergences(model, n, vocab.bos_id, vocab.eos_id)
+    for i in rng.choice(rows.shape[0], size=min(12, rows.shape[0]), replace=False).tolist():
+        h, w = rows[i, :-1], int(rows[i, -1])
+        siblings = rows[(rows[:, :-1] == h).all(axis=1)][:, -1]
+        explicit = [int(v) for v in siblings if v != w]
+        p = distribution(model, h, predictable)  # the model as it is
+        lower = distribution(model, h[1:], predictable) if n > 2 else model.unigram_probs[predictable]
+        index = {int(v): j for j, v in enumerate(np.flatnonzero(predictable))}
+        kept = np.zeros(p.shape[0], dtype=bool)
+        kept[[index[v] for v in explicit]] = True
+        bow = (1 - p[kept].sum()) / (1 - lower[kept].sum())
+        pruned = np.where(kept, p, bow * lower)  # h w backed off, h's weight renormalised
+        assert pruned.sum() == pytest.approx(1.0, abs=1e-12)
+        first = vocab.eos_id if h[0] == vocab.bos_id else h[0]
+        context = math.log(model.unigram_probs[first]) + sum(
+            float(backoff_logprob(model, h[None, :k])[0]) for k in range(2, h.shape[0] + 1))
+        brute = math.exp(context) * float(np.sum(p * (np.log(p) - np.log(pruned))))
+        assert fast[i] == pytest.approx(brute, rel=1e-6, abs=1e-15)
+        assert fast[i] > 0
+
+
+def test_history_probability_chains_the_model():
+    model, vocab, _ = fitted(3)
+    h = model.packer(3).unpack(model.orders[2].keys[:5])[:, :-1]
+    got = history_logprob(model, h, vocab.bos_id, vocab.eos_id)
+    for row, value in zip(h, got):
+        first = vocab.eos_id if row[0] == vocab.bos_id else row[0]
+        want = math.log(model.unigram_probs[first]) + float(backoff_logprob(model, row[None, :])[0])
+        assert value == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_threshold_zero_keeps_every_ngram_and_every_weight(order):
+    model, vocab, _ = fitted(order)
+    same = prune(model, 0.0, vocab.bos_id, vocab.eos_id)
+    for a, b in zip(model.orders, same.orders):
+        assert np.array_equal(a.keys, b.keys) and np.array_equal(a.probs, b.probs)
+    for a, b in zip(model.gammas, same.gammas):
+        assert np.array_equal(np.isnan(a), np.isnan(b))
+        assert np.allclose(a[~np.isnan(a)], b[~np.isnan(b)], rtol=1e-9)
+
+
+@pytest.mark.parametrize("order", [3, 4])
+@pytest.mark.parametrize("threshold", [1e-5, 1e-4, 1e-3])
+def test_a_pruned_model_is_normalised_and_keeps_its_back_off_structure(order, threshold):
+    model, vocab, predictable = fitted(order, "random", 300)
+    pruned = prune(model, threshold, vocab.bos_id, vocab.eos_id)
+    sizes = [o.keys.shape[0] for o in pruned.orders]
+    assert sizes[0] == model.orders[0].keys.shape[0]  # unigrams are never pruned
+    assert sum(sizes[1:]) < sum(o.keys.shape[0] for o in model.orders[1:])
+    for n in range(2, order + 1):
+        rows = pruned.packer(n).unpack(pruned.orders[n - 1].keys)
+        if n > 2:  # every kept n-gram's context and suffix are n-grams of the order below
+            below = pruned.orders[n - 2].keys
+            for part in (rows[:, :-1], rows[:, 1:]):
+                assert np.isin(pruned.packer(n - 1).pack(part), below).all()
+        for h in contexts_of(model, n)[::7]:  # every context, pruned or not, sums to one
+            assert distribution(pruned, h, predictable).sum() == pytest.approx(1.0, abs=1e-9)
+
+
+def test_larger_thresholds_keep_subsets():
+    model, vocab, _ = fitted(4, "random", 300)
+    previous = None
+    for threshold in (0.0, 1e-6, 1e-4, 1e-3, 1e-1):
+        pruned = prune(model, threshold, vocab.bos_id, vocab.eos_id)
+        keys = [o.keys for o in pruned.orders[1:]]
+        if previous is not None:
+            assert all(np.isin(k, p).all() for k, p in zip(keys, previous))
+        previous = keys
+    assert sum(k.shape[0] for k in previous) < sum(o.keys.shape[0] for o in model.orders[1:]) // 2
+
+
+def test_a_negative_or_nan_threshold_is_refused():
+    model, vocab, _ = fitted(2)
+    for bad in (-1e-9, float("nan")):
+        with pytest.raises(ValueError, match="threshold"):
+            prune(model, bad, vocab.bos_id, vocab.eos_id)
+
+
+@pytest.mark.parametrize("order", [1, 3, 4])
+@pytest.mark.parametrize("threshold", [None, 1e-4])
+def test_the_array_store_equals_the_store_of_its_arpa_file(tmp_path, order, threshold):
+    model, vocab, predictable = fitted(order)
+    if threshold is not None:
+        model = prune(model, threshold, vocab.bos_id, vocab.eos_id)
+    kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, tmp_path / "m.arpa")
+    read, built = read_arpa_store(tmp_path / "m.arpa"), kneser_ney.to_store(model, vocab.words, vocab.bos_id,
+                                                                            predictable)
+    assert read.words == built.words and read.num_file_words == built.num_file_words
+    for n in range(order):
+        assert np.array_equal(read.keys[n], built.keys[n])
+        assert np.allclose(read.logprobs[n], built.logprobs[n], rtol=1e-6, atol=1e-6)
+        assert np.allclose(read.backoffs[n], built.backoffs[n], rtol=1e-6, atol=1e-6)
+    # and the store scores what the back-off look-up of the arrays gives
+    ids = np.flatnonzero(predictable)
+    rng = np.random.default_rng(0)
+    rows = rng.choice(ids, size=(200, max(order, 2)))
+    mapped = np.array([built.id(vocab.words[i]) for i in rows.ravel()]).reshape(rows.shape)
+    got = built.score(mapped[:, :-1], np.full(200, rows.shape[1] - 1), mapped[:, -1])
+    assert np.allclose(got, backoff_logprob(model, rows), atol=1e-5)
+
+
+def test_afp_ngram_prune_writes_a_smaller_normalised_model(tmp_path, capsys):
+    from service.cli import main
+
+    text = tmp_path / "train.txt"
+    text.write_text("".join(" ".join(s) + "\n" for s in random_sentences(400, seed=3)))
+    main(["ngram", "--text", str(text), "--order", "3", "--out", str(tmp_path / "full.arpa")])
+    full = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    main(["ngram", "--text", str(text), "--order", "3", "--prune", "1e-4", "--out", str(tmp_path / "small.arpa"),
+          "--store", str(tmp_path / "small")])
+    small = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert small["prune"] == 1e-4 and full.get("prune") is None
+    assert small["3-grams"] < full["3-grams"] and small["1-grams"] == full["1-grams"]
+    arpa, store = read_arpa_store(tmp_path / "small.arpa"), load_store(tmp_path / "small")
+    assert store.counts == arpa.counts == (small["1-grams"], small["2-grams"], small["3-grams"])
+    assert main(["ngram", "--text", str(text), "--order", "3", "--prune", "-1", "--out", str(tmp_path / "x.arpa")]) == 2
+    assert main(["ngram", "--text", str(text), "--order", "3"]) == 2
+    assert "--prune: the threshold must be a number >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "x.arpa").exists()
