@@ -122,7 +122,12 @@ class LoadedMixture:
 
     @property
     def default_unk_penalty(self) -> float:
-        return 0.0
+        """The parts' unknown-word penalty (``log`` of one over the unknown types each part's
+        ``<unk>`` stands for) when every part that records one gives the same: the mixture's
+        ``<unk>`` probability is the weighted sum of theirs, over the same types (parts built on
+        one vocabulary and text, as ``afp mix`` expects); else 0."""
+        penalties = {round(p.default_unk_penalty, 9) for p in self.parts if p.default_unk_penalty != 0.0}
+        return penalties.pop() if len(penalties) == 1 else 0.0
 
     @property
     def training(self) -> dict[str, Any]:
@@ -131,7 +136,8 @@ class LoadedMixture:
     def info(self) -> dict[str, Any]:
         return {"path": str(self.path), "name": self.config.describe(), "arch": "mixture", "cell": "mixture",
                 "layers": 0, "hidden": 0, "rho": None, "context_size": self.config.context_size, "future": 0,
-                "vocab_size": 0, "parameters": 0, "device": str(self.device), "default_unk_penalty": 0.0,
+                "vocab_size": 0, "parameters": 0, "device": str(self.device),
+                "default_unk_penalty": self.default_unk_penalty,
                 "parts": [{"model": str(p.path), "weight": w, "name": p.config.describe()}
                           for p, w in zip(self.parts, self.weights)],
                 "scores": "causal: next-word log-probabilities, mixed token by token", "training": self.training}

@@ -3,6 +3,7 @@
 # vocabulary of models/librispeech (so perplexities compare): GRU-256 AFP-4, adaptive softmax,
 # bf16 on a CPU with AMX, one thread (the other core stays free). Resumable across sessions:
 #   bash bench/books_large.sh            # prepare the shards if needed, unpack the carried state, train
+#   bash bench/books_large.sh --prepare-only   # the shards only
 #   python -m bench.carry pack runs/books-large/gru-h256-rho4 bench/results/books-large/carry   # before a session ends
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ open('$RUN/words.txt', 'w').write(''.join(f'{w} {i}\n' for i, w in enumerate(c['
   .venv/bin/afp prepare --text $DATA/books/train.txt $DATA/books-large/train-0{1,2,3,4,5,6}.txt.gz \
     --valid $DATA/books/valid.txt --words-txt "$RUN/words.txt" --out "$RUN/data"
 fi
+if [ "${1:-}" = "--prepare-only" ]; then exit 0; fi  # the shards only (bench/ngram_prune.py)
 if [ ! -f "$OUT/resume/state.json" ] && [ -f "$CARRY/state.json" ]; then
   .venv/bin/python -m bench.carry unpack "$CARRY" "$OUT"
 fi

@@ -118,3 +118,18 @@ def test_afp_mix_estimates_weights_and_writes_a_model_every_door_loads(tmp_path,
         assert client.get("/v1/models").status_code == 200
     api = afp.load_model(tmp_path / "mix").rescore(str(lattice), nbest=4, lm_weight=1)
     assert [h.lm_logprob for h in api[0][0].nbest] == pytest.approx(scored, abs=1e-4)
+
+
+@pytest.mark.parametrize("penalties, expected", [((-9.3, 0.0), -9.3), ((-9.3, -9.3), -9.3), ((0.0, 0.0), 0.0),
+                                                 ((-9.3, -2.0), 0.0)])
+def test_a_mixture_keeps_its_parts_unknown_word_penalty_when_they_agree(tmp_path, penalties, expected):
+    """An n-gram part records no unknown types (penalty 0); the AFP part built on the same text
+    does: the mixture's ``<unk>`` stands for the same types, so it keeps that penalty; parts that
+    disagree leave it at 0."""
+    from types import SimpleNamespace
+
+    from afp.mixtures import LoadedMixture
+
+    parts = tuple(SimpleNamespace(default_unk_penalty=p) for p in penalties)
+    mixture = LoadedMixture(parts=parts, weights=(0.5, 0.5), path=tmp_path)
+    assert mixture.default_unk_penalty == pytest.approx(expected)

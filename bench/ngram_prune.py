@@ -1,0 +1,104 @@
+"""Size against perplexity of relative-entropy pruning (``afp ngram --prune``) on the 67.6M-word
+books/ + books-large/ 4-gram: the model is built once, then pruned at each threshold; each pruned
+model is written as an n-gram model directory and measured.
+
+  python -m bench.ngram_prune [--data runs/books-large/data] [--thresholds 0 1e-9 1e-8 ...]
+                              [--keep 3e-8]   # also keep that threshold's directory in runs/
+
+``--data`` is the ``afp prepare`` directory of ``bench/books_large.sh`` (44,122 words of
+``models/librispeech``); the script prepares it when missing. Perplexities: The Portrait of a Lady
+(lines 10572-17246 of ``books/valid.txt``, the clean held-out book: see
+``bench/results/books_large_mixture.json``) and the whole ``books/valid.txt``. Writes
+``bench/results/ngram_prune.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+
+RUNS = REPO_ROOT / "runs" / "ngram_prune"
+VALID = SHARED_DATA / "books" / "valid.txt"
+PORTRAIT = (10572, 17246)  # 1-based line range of The Portrait of a Lady in books/valid.txt
+
+
+def lines_of(path: Path, first: int, last: int, out: Path) -> Path:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+def ppl(model: Path, text: Path) -> float:
+    result = subprocess.run([sys.executable, "-m", "service.cli", "ppl", "--model", str(model), "--text", str(text),
+                             "--json"], cwd=REPO_ROOT, check=True, capture_output=True, text=True)
+    return float(json.loads(result.stdout.strip().splitlines()[-1])["ppl"])
+
+
+def ensure_data(data: Path) -> Path:
+    if not (data / "meta.json").is_file():
+        subprocess.run(["bash", "bench/books_large.sh", "--prepare-only"], cwd=REPO_ROOT, check=True)
+    return data
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=REPO_ROOT / "runs" / "books-large" / "data")
+    parser.add_argument("--order", type=int, default=4)
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.0, 1e-9, 3e-9, 1e-8, 3e-8, 1e-7, 3e-7])
+    parser.add_argument("--keep", type=float, nargs="*", default=[], help="keep these thresholds' directories")
+    args = parser.parse_args(argv)
+
+    from lm import kneser_ney
+    from lm.ngram_prune import prune
+    from lm.ngram_store import save_store
+    from lm.shards import open_prepared
+
+    RUNS.mkdir(parents=True, exist_ok=True)
+    portrait = lines_of(VALID, *PORTRAIT, RUNS / "portrait.txt")
+    prepared = open_prepared(str(ensure_data(args.data)), verify=False)
+    vocab = prepared.vocab
+    predictable = np.array(vocab.predictable_mask())
+    started = time.perf_counter()
+    model = kneser_ney.build(kneser_ney.chunks_of([(s.tokens, s.offsets) for s in prepared.train.shards],
+                                                  vocab.bos_id, vocab.eos_id, vocab.unk_id),
+                             args.order, vocab.size, vocab.bos_id, predictable)
+    build_seconds = time.perf_counter() - started
+    rows = []
+    for threshold in args.thresholds:
+        started = time.perf_counter()
+        pruned = prune(model, threshold, vocab.bos_id, vocab.eos_id) if threshold > 0 else model
+        prune_seconds = time.perf_counter() - started
+        directory = RUNS / f"prune-{threshold:g}"
+        store = kneser_ney.to_store(pruned, vocab.words, vocab.bos_id, predictable)
+        save_store(store, directory)
+        row = {"threshold": threshold, "ngrams": {f"{n}-grams": c for n, c in enumerate(store.counts, 1)},
+               "total_ngrams": int(sum(store.counts)), "store_mib": store.nbytes() / 2**20,
+               "prune_seconds": prune_seconds,
+               "ppl": {"portrait": ppl(directory, portrait), "books_valid": ppl(directory, VALID)}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if threshold not in args.keep:
+            shutil.rmtree(directory)
+    write_json(RESULTS / "ngram_prune.json", {
+        "command": "python -m bench.ngram_prune " + " ".join(sys.argv[1:] if argv is None else argv),
+        "environment": environment(),
+        "data": {"words": prepared.train.words, "vocab_size": vocab.size, "order": args.order},
+        "texts": {"portrait": f"books/valid.txt lines {PORTRAIT[0]}-{PORTRAIT[1]} (The Portrait of a Lady)",
+                  "books_valid": "books/valid.txt (its Sherlock Holmes part is partly inside books-large)"},
+        "build_seconds": build_seconds,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
