@@ -18,7 +18,7 @@ from lm.checkpoint import LoadedModel
 from lm.evaluate import TextScore
 from lm.model import DEFAULT_SCORE_ELEMENTS
 from lm.output import resolve_score_precision
-from lm.window import build_windows, sentence_tokens
+from lm.window import PAD, build_windows, score_each_window_once, sentence_tokens
 
 
 class SentenceScorer(Protocol):
@@ -114,21 +114,15 @@ def scorer_of(loaded, precision: str = "auto", max_elements: int = DEFAULT_SCORE
 
 def window_values(scorer: WindowScorer, sentences: Sequence[Sequence[int]]) -> Tensor:
     """float64 ``(sum(len + 1),)``: each sentence's terms (its words, then ``</s>``), in order,
-    every distinct (window, word) scored once."""
+    every distinct (window, word) scored once (:func:`lm.window.score_each_window_once`)."""
     tokens, lengths = sentence_tokens([list(s) for s in sentences], scorer.bos_id, scorer.eos_id)
     windows, valid, targets, _ = build_windows(tokens, lengths, scorer.rho, scorer.future, scorer.mask_id)
-    if windows.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.float64)
-    keys, window_of = torch.unique(torch.where(valid, windows, PAD), dim=0, return_inverse=True)
-    pairs, pair_of = torch.unique(torch.stack([window_of, targets], dim=1), dim=0, return_inverse=True)
-    values = scorer.score_windows(keys.clamp(min=0), keys != PAD, pairs[:, 1], pairs[:, 0])
-    return values.to("cpu", torch.float64)[pair_of]
+    return score_each_window_once(scorer.score_windows, torch.where(valid, windows, PAD), targets)[0]
 
 
 #: (target, context-slot) numbers one chunk of sentences builds at most (bounds the memory of
 #: :func:`iter_sentence_scores`: its windows and unique-row sort)
 DEFAULT_CHUNK_ELEMENTS = 1 << 23
-PAD = -1
 
 
 def sentence_pairs(sentence_ids: Sequence[Sequence[int]], bos_id: int, eos_id: int,

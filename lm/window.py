@@ -21,16 +21,26 @@ Windows are fixed-width tensors here: ``windows: int64 (N, L)`` with ``L = R + 1
 target's ``MASK`` in column ``R``, and ``valid: bool (N, L)``, false where the window falls outside
 the sentence (the token there is ignored). Every window of a batch is computed at once, by a
 direct pass over the window (``L`` cell steps) or by ``L`` parallel fixed-point iterations (AFP);
-the two give the same features (``tests/lm/test_window.py``).
+the two give the same features (``tests/lm/test_window.py``). Where windows have been gathered
+from many places (a sentence's repeated n-grams, a lattice's arcs), :func:`score_each_window_once`
+reads each distinct window once and scores each distinct (window, word) once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 WINDOW_METHODS = ("direct", "afp")
+#: a slot of a window matrix that holds no token (outside the sentence; :func:`score_each_window_once`)
+PAD = -1
+#: distinct rows of an int64 ``(N, W)`` matrix and each row's index among them (``(D, W)``, ``(N,)``)
+RowUnique = Callable[[Tensor], tuple[Tensor, Tensor]]
+#: ``score_windows(windows, valid, targets, target_window)`` of :class:`lm.scorer.WindowScorer`
+WindowScore = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 def build_windows(tokens: Tensor, lengths: Tensor, rho: int, future: int, mask_id: int,
@@ -74,3 +84,35 @@ def sentence_tokens(sentences: list[list[int]], bos_id: int, eos_id: int,
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = torch.tensor(row, dtype=torch.int64)
     return tokens.to(device), torch.tensor([len(r) for r in rows], dtype=torch.int64, device=device)
+
+
+def sorted_unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """:data:`RowUnique` in sorted order: ``torch.unique(rows, dim=0, return_inverse=True)``."""
+    return torch.unique(rows, dim=0, return_inverse=True)
+
+
+def score_each_window_once(score_windows: WindowScore, windows: Tensor, targets: Tensor,
+                           unique: RowUnique = sorted_unique_rows) -> tuple[Tensor, int]:
+    """The log-probability of every target in its window, each distinct window read once and each
+    distinct (window, target) pair scored once: the one de-duplication of ``afp score`` /
+    ``afp ppl`` (:func:`lm.scorer.window_values`) and of the lattice engine's acausal features
+    (``lattices.scored.window_scores``).
+
+    Args:
+      score_windows: the model's scoring (:data:`WindowScore`), given the distinct windows
+        (:data:`PAD` slots cleared to 0 and marked invalid) and the distinct pairs.
+      windows: int64 ``(N, L)``, ``MASK`` in column ``R``, :data:`PAD` where the window falls
+        outside the sentence.
+      targets: int64 ``(N,)``, the word scored in each window.
+      unique: how distinct rows are found (:data:`RowUnique`); their order is the order in which
+        the model reads them. Default :func:`sorted_unique_rows`; the lattice engine passes its
+        faster hash-ordered ``lattices.ops.unique_rows``.
+    Returns:
+      float64 ``(N,)`` on ``windows.device``, and the number of distinct windows ``D``.
+    """
+    if windows.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.float64, device=windows.device), 0
+    distinct, window_of = unique(windows)  # (D, L), (N,)
+    pairs, pair_of = unique(torch.stack([window_of, targets], dim=1))  # (P, 2): (window, target), (N,)
+    values = score_windows(distinct.clamp(min=0), distinct != PAD, pairs[:, 1], pairs[:, 0])  # (P,)
+    return values.to(windows.device, torch.float64)[pair_of], int(distinct.shape[0])

@@ -11,7 +11,7 @@ import torch
 from lm.config import ModelConfig
 from lm.corpus import encode
 from lm.evaluate import score_corpus
-from lm.window import build_windows, sentence_tokens
+from lm.window import PAD, build_windows, score_each_window_once, sentence_tokens, sorted_unique_rows
 from tests.factories import CELL_CONFIGS, random_sentences, tiny_vocab, make_model
 
 
@@ -156,3 +156,70 @@ def test_a_window_read_once_serves_every_target(vocab):
     shared = model.score_windows(windows, valid, targets, target_window, max_elements=40)
     one_each = model.score_windows(windows[target_window], valid[target_window], targets, max_elements=40)
     assert shared.tolist() == pytest.approx(one_each.tolist(), abs=1e-5)
+
+
+class RecordingWindows:
+    """A window scorer (``score_windows`` and the ids :func:`lm.scorer.window_values` reads) over
+    ``model`` that keeps the windows and (window, target) pairs it is asked to score."""
+
+    def __init__(self, model, vocab) -> None:
+        self.model, self.calls = model, []
+        self.rho, self.future, self.mask_id = model.config.rho, model.config.future, model.mask_id
+        self.bos_id, self.eos_id = vocab.bos_id, vocab.eos_id
+
+    def score_windows(self, windows, valid, targets, target_window):
+        self.calls.append((windows, valid, targets, target_window))
+        return self.model.score_windows(windows, valid, targets, target_window, max_elements=40)
+
+
+def one_by_one(model, windows, targets) -> list[float]:
+    """Each row's target scored in its own window, a model call per row."""
+    return [float(model.score_windows(w[None].clamp(min=0), w[None] != PAD, t[None])[0])
+            for w, t in zip(windows, targets)]
+
+
+@pytest.mark.parametrize("unique", ["sorted", "hash"])
+def test_each_distinct_window_and_pair_is_scored_once(vocab, unique):
+    """:func:`score_each_window_once` (with either row de-duplication: ``afp score``'s sorted one
+    or the lattice engine's hashed one) reads each distinct window once and scores each distinct
+    (window, word) once, and gives every row what scoring that row alone gives."""
+    from lattices.ops import unique_rows
+
+    model = window_model(rho=2, future=1, seed=8)
+    recorder = RecordingWindows(model, vocab)
+    sentences = [vocab.encode(s) for s in random_sentences(6, seed=9, max_len=6)]
+    tokens, lengths = sentence_tokens(sentences + sentences[:3], vocab.bos_id, vocab.eos_id)  # repeated sentences
+    windows, valid, targets, _ = build_windows(tokens, lengths, 2, 1, model.mask_id)
+    windows = torch.where(valid, windows, PAD)
+    other = (targets + 1) % vocab.size  # the same windows with other words: new pairs, no new windows
+    windows, targets = torch.cat([windows, windows[:5], windows]), torch.cat([targets, other[:5], targets])
+    order = torch.randperm(windows.shape[0], generator=torch.Generator().manual_seed(0))
+    windows, targets = windows[order], targets[order]
+    values, distinct = score_each_window_once(recorder.score_windows, windows, targets,
+                                              sorted_unique_rows if unique == "sorted" else unique_rows)
+    rows = [tuple(w) for w in windows.tolist()]
+    assert len(recorder.calls) == 1
+    read, read_valid, pair_targets, pair_window = recorder.calls[0]
+    assert distinct == read.shape[0] == len(set(rows)) < len(rows)
+    assert {tuple(w) for w in torch.where(read_valid, read, PAD).tolist()} == set(rows)
+    assert bool((read[~read_valid] == 0).all())  # PAD slots are read as 0, marked invalid
+    assert pair_targets.shape[0] == len(set(zip(rows, targets.tolist()))) < len(rows)
+    assert values.dtype == torch.float64 and values.shape == targets.shape
+    assert values.tolist() == pytest.approx(one_by_one(model, windows, targets), abs=1e-5)
+
+
+def test_window_values_of_repeated_sentences_are_each_sentence_alone(vocab):
+    """:func:`lm.scorer.window_values` (``afp score`` of a window model) of a batch with repeated
+    sentences and shared n-grams gives each sentence's terms as scoring it alone does, in order."""
+    from lm.scorer import window_values
+
+    model = window_model(rho=1, future=2, seed=4)
+    sentences = [vocab.encode(s) for s in random_sentences(5, seed=2, max_len=7)]
+    batch = [*sentences, sentences[1], [], sentences[0]]
+    recorder = RecordingWindows(model, vocab)
+    together = window_values(recorder, batch)
+    alone = torch.cat([window_values(RecordingWindows(model, vocab), [s]) for s in batch])
+    assert together.shape == (sum(len(s) + 1 for s in batch),)
+    assert together.tolist() == pytest.approx(alone.tolist(), abs=1e-5)
+    read = recorder.calls[0][0]
+    assert read.shape[0] == len({tuple(w) for w in read.tolist()}) < together.shape[0]
