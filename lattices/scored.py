@@ -50,7 +50,6 @@ from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import unique_rows
 from lattices.scorer import ContextScorer, WindowScorer
 from lattices.search import Dag
-from lm.window import PAD as WINDOW_PAD, score_each_window_once
 
 DEFAULT_ACOUSTIC_SCALE = 0.1
 #: the components after the named scores, in this order
@@ -267,8 +266,7 @@ def window_scores(expansion: Expansion, feature: WindowScorer, model_ids: Tensor
     """A window model's log-probabilities of every expanded arc's word given its window (the
     ``rho`` tokens before it, from the arc's source state, and the ``future`` after it, from its
     destination state: a two-sided expansion's) and of ``</s>`` at every expanded final state
-    (nothing after it); each distinct (window, word) is scored once
-    (:func:`lm.window.score_each_window_once`, in the order of :func:`lattices.ops.unique_rows`).
+    (nothing after it); each distinct (window, word) is scored once.
 
     Args:
       expansion: from :func:`lattices.expand.expand_two_sided` with at least the feature's widths.
@@ -282,23 +280,27 @@ def window_scores(expansion: Expansion, feature: WindowScorer, model_ids: Tensor
     scored = (expansion.arc_lm_word != PAD).nonzero().squeeze(1)
     rho, future = feature.rho, feature.future
 
-    def ids(rows: Tensor) -> Tensor:  # the feature's ids, lm.window's PAD where no token
-        return torch.where(rows == PAD, WINDOW_PAD, model_ids[rows.clamp(min=0)])
+    def ids(rows: Tensor) -> Tensor:
+        return torch.where(rows == PAD, PAD, model_ids[rows.clamp(min=0)])
 
     left = ids(torch.cat([expansion.state_history[expansion.src[scored]],
                           expansion.state_history[expansion.finals]])[:, expansion.rho - rho:])
     g = expansion.finals.shape[0]
     right = torch.cat([ids(expansion.state_future[expansion.dst[scored]][:, :future]),
-                       torch.full((g, future), WINDOW_PAD, dtype=torch.int64, device=device)])
+                       torch.full((g, future), PAD, dtype=torch.int64, device=device)])
     mask = torch.full((left.shape[0], 1), feature.mask_id, dtype=torch.int64, device=device)
     targets = torch.cat([model_ids[expansion.arc_lm_word[scored]],
                          torch.full((g,), feature.eos_id, dtype=torch.int64, device=device)])
-    values, distinct = score_each_window_once(feature.score_windows, torch.cat([left, mask, right], dim=1), targets,
-                                              unique_rows)
+    # the de-duplication of lm.window.score_each_window_once (afp score/ppl), here in the engine's own
+    # hash order: lattices/ does not import lm/ (DESIGN.md), the model is seen through the protocol
+    windows, window_of = unique_rows(torch.cat([left, mask, right], dim=1))  # each window read once
+    pairs, pair_of = unique_rows(torch.stack([window_of, targets], dim=1))  # each (window, word) scored once
+    values = feature.score_windows(windows.clamp(min=0), windows != PAD, pairs[:, 1], pairs[:, 0])
+    values = values.to(device=device, dtype=torch.float64)[pair_of]
     arc = torch.zeros(expansion.num_arcs, dtype=torch.float64, device=device)
     arc[scored] = values[: scored.shape[0]]
     _check_predicted(expansion, arc)
-    return arc, values[scored.shape[0]:], {"scored_windows": distinct}
+    return arc, values[scored.shape[0]:], {"scored_windows": int(windows.shape[0])}
 
 
 def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextScorer | None = None,

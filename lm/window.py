@@ -94,9 +94,10 @@ def sorted_unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
 def score_each_window_once(score_windows: WindowScore, windows: Tensor, targets: Tensor,
                            unique: RowUnique = sorted_unique_rows) -> tuple[Tensor, int]:
     """The log-probability of every target in its window, each distinct window read once and each
-    distinct (window, target) pair scored once: the one de-duplication of ``afp score`` /
-    ``afp ppl`` (:func:`lm.scorer.window_values`) and of the lattice engine's acausal features
-    (``lattices.scored.window_scores``).
+    distinct (window, target) pair scored once: the de-duplication of ``afp score`` /
+    ``afp ppl`` (:func:`lm.scorer.window_values`). The lattice engine's acausal features
+    (``lattices.scored.window_scores``) do the same in their own hash order: ``lattices/`` sees
+    the model only through its protocol and imports nothing of ``lm/`` (DESIGN.md).
 
     Args:
       score_windows: the model's scoring (:data:`WindowScore`), given the distinct windows
@@ -105,8 +106,8 @@ def score_each_window_once(score_windows: WindowScore, windows: Tensor, targets:
         outside the sentence.
       targets: int64 ``(N,)``, the word scored in each window.
       unique: how distinct rows are found (:data:`RowUnique`); their order is the order in which
-        the model reads them. Default :func:`sorted_unique_rows`; the lattice engine passes its
-        faster hash-ordered ``lattices.ops.unique_rows``.
+        the model reads them. Default :func:`sorted_unique_rows`; any other order gives the same
+        values up to rounding (the tests pass the engine's hash-ordered one).
     Returns:
       float64 ``(N,)`` on ``windows.device``, and the number of distinct windows ``D``.
     """

@@ -51,3 +51,11 @@ def test_the_library_imports_neither_the_server_nor_the_cli():
     loaded = imported_after("\n".join(f"import {name}" for name in modules))
     assert {name for name in loaded if name.split(".")[0] == "service"} == set()
     assert {name.split(".")[0] for name in loaded} & {"fastapi", "uvicorn", "starlette"} == set()
+
+
+def test_the_lattice_engine_imports_nothing_of_the_lm_package():
+    """DESIGN.md: ``lattices/`` knows an LM only through its protocol (``lattices.scorer``)."""
+    modules = modules_of("lattices")
+    loaded = imported_after("\n".join(f"import {name}" for name in modules))
+    assert set(modules) <= loaded
+    assert {name for name in loaded if name.split(".")[0] == "lm"} == set()
