@@ -29,7 +29,7 @@ import numpy as np
 
 from lm.kneser_ney import KneserNeyModel, Order, Packer, _groups
 
-__all__ = ["prune", "divergences", "backoff_logprob", "history_logprob"]
+__all__ = ["prune", "all_divergences", "divergences", "backoff_logprob", "history_logprob"]
 
 
 def _find(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,17 +149,26 @@ def _renormalise(model: KneserNeyModel, bos: int) -> list[np.ndarray]:
     return gammas
 
 
-def prune(model: KneserNeyModel, threshold: float, bos: int, eos: int) -> KneserNeyModel:
+def all_divergences(model: KneserNeyModel, bos: int, eos: int) -> dict[int, np.ndarray]:
+    """:func:`divergences` of every order ``n >= 2``, by ``n``: they depend on the unpruned model
+    only, so one computation serves any number of thresholds (:func:`prune`'s ``divergence``)."""
+    return {n: divergences(model, n, bos, eos) for n in range(2, model.order + 1)}
+
+
+def prune(model: KneserNeyModel, threshold: float, bos: int, eos: int,
+          divergence: dict[int, np.ndarray] | None = None) -> KneserNeyModel:
     """``model`` less its n-grams (orders ``>= 2``) whose removal costs less than ``threshold``
     relative perplexity, back-off weights renormalised (see the module docstring). A threshold
-    of 0 keeps every n-gram (the weights are recomputed all the same)."""
+    of 0 keeps every n-gram (the weights are recomputed all the same). ``divergence``: from
+    :func:`all_divergences` of this ``model`` (computed here when not given)."""
     if not threshold >= 0:
         raise ValueError(f"the pruning threshold must be a number >= 0, got {threshold}")
+    divergence = divergence if divergence is not None else all_divergences(model, bos, eos)
     orders = list(model.orders)
     kept_rows: np.ndarray | None = None
     for n in range(model.order, 1, -1):
         level = orders[n - 1]
-        drop = np.expm1(divergences(model, n, bos, eos)) < threshold
+        drop = np.expm1(divergence[n]) < threshold
         if kept_rows is not None:
             drop &= ~_linked(level.keys, kept_rows, model.packer(n))
         keep = ~drop
