@@ -1,25 +1,10 @@
 """ARPA back-off n-gram language models, and such a model as a finite-context scorer.
 
-The ARPA format (as SRILM and KenLM write it), the subset read here::
-
-    any text (ignored) up to the line \\data\\
-    \\data\\
-    ngram 1=<count>                 one line per order, orders 1..N, each once
-    ...
-    ngram N=<count>
-
-    \\1-grams:
-    <log10 p> <w1> [<log10 backoff>]
-    ...
-    \\N-grams:
-    <log10 p> <w1> .. <wN>          the highest order has no back-off weights
-    \\end\\                          anything after it is ignored
-
-Fields are separated by whitespace, blank lines are ignored, sections come in order 1..N and
-hold exactly as many entries as the header says. Every word of a higher-order n-gram must be
-among the unigrams, ``</s>`` must be one, and no n-gram may be listed twice. Text is UTF-8;
-gzip-compressed input is recognised by its magic bytes. Any violation raises
-:class:`ArpaFormatError` naming the source and line.
+:class:`NgramModel` is a dict-based view of what the one ARPA reader
+(:func:`lm.ngram_store.read_arpa_store`, the format and its checks in :mod:`lm.arpa`) reads, kept
+as the direct reference for the back-off definition; :class:`lm.ngram_store.NgramStore` scores
+the same numbers in batches from compact arrays. Malformed input raises :class:`ArpaFormatError`
+naming the source and line.
 
 Probabilities (standard back-off, as SRILM and KenLM compute them), in natural log:
 
@@ -36,34 +21,22 @@ Probabilities (standard back-off, as SRILM and KenLM compute them), in natural l
 
 from __future__ import annotations
 
-import gzip
-import math
 import os
-import re
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
-BOS = "<s>"
-EOS = "</s>"
-UNK = "<unk>"
-LOG10 = math.log(10.0)
-#: natural-log probability of a word the model cannot predict (``<s>``; an unknown word when the
-#: file has no ``<unk>``): SRILM's -99 in log10.
-LOG_FLOOR = -99.0 * LOG10
+from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, UNK, ArpaFormatError
+from lm.ngram_store import NgramStore, parse_arpa_store, read_arpa_store
+
+__all__ = ["BOS", "EOS", "LOG10", "LOG_FLOOR", "UNK", "ArpaFormatError", "Gram", "NgramModel", "NgramScorer",
+           "parse_arpa", "read_arpa", "sentence_logprob"]
 
 Gram = tuple[int, ...]
-
-_NGRAM_LINE = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")
-_SECTION = re.compile(r"\\(\d+)-grams:")
-
-
-class ArpaFormatError(ValueError):
-    """An ARPA file is malformed; the message starts with the source and, where there is one, the line."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,7 +49,8 @@ class NgramModel:
       order: the highest n-gram order N.
       logprobs: context ``(h_1 .. h_{n-1})`` of word ids -> ``{word id: ln p(h w)}``, for every
         listed n-gram of every order (the unigrams under the empty context ``()``).
-      backoffs: n-gram of word ids -> its natural-log back-off weight, for n-grams listed with one.
+      backoffs: n-gram of word ids -> its natural-log back-off weight, for n-grams whose weight is
+        not 0 (a weight of 0 and no weight are the same model).
       counts: ``(N,)`` number of n-grams of each order, as in the file.
       num_file_words: how many of ``words`` are unigrams of the file (the rest were added).
       source: where it was read from, for messages.
@@ -95,6 +69,28 @@ class NgramModel:
         object.__setattr__(self, "_index", {w: i for i, w in enumerate(self.words)})
         for required in (BOS, EOS, UNK):
             assert required in self._index, f"{self.source}: model words lack {required!r}"
+
+    @classmethod
+    def from_store(cls, store: NgramStore) -> NgramModel:
+        """The dicts of ``store``'s n-grams (read it with ``dtype=np.float64`` for the file's exact
+        numbers: the dicts hold its values as Python floats)."""
+        logprobs: dict[Gram, dict[int, float]] = {}
+        backoffs: dict[Gram, float] = {}
+        for n in range(1, store.order + 1):
+            grams = store.grams(n)
+            # key order is lexicographic, so the n-grams of one context are consecutive
+            new_context = np.ones(grams.shape[0], dtype=bool)
+            new_context[1:] = (grams[1:, :-1] != grams[:-1, :-1]).any(axis=1)
+            starts = np.flatnonzero(new_context)
+            ends = np.append(starts[1:], grams.shape[0]).tolist()
+            targets, values = grams[:, -1].tolist(), np.asarray(store.logprobs[n - 1], dtype=np.float64).tolist()
+            for context, first, end in zip(_tuples(grams[starts, :-1]), starts.tolist(), ends):
+                logprobs[context] = dict(zip(targets[first:end], values[first:end]))
+            weights = np.asarray(store.backoffs[n - 1], dtype=np.float64)
+            listed = np.flatnonzero(weights)
+            backoffs.update(zip(_tuples(grams[listed]), weights[listed].tolist()))
+        logprobs.setdefault((), {})
+        return cls(store.words, store.order, logprobs, backoffs, store.counts, store.num_file_words, store.source)
 
     @property
     def bos_id(self) -> int:
@@ -136,157 +132,34 @@ class NgramModel:
         return self.backoffs.get(history, 0.0) + self._backoff(history[1:], word)
 
 
+def _tuples(rows: np.ndarray) -> list[Gram]:
+    """int ``(R, n)`` -> ``R`` tuples of Python ints (made column by column: no list per row)."""
+    if rows.shape[1] == 0:
+        return [()] * rows.shape[0]
+    return list(zip(*(rows[:, j].tolist() for j in range(rows.shape[1]))))
+
+
 # ----------------------------------------------------------------------------------- reading
 def read_arpa(path_or_text: str | os.PathLike[str] | bytes, source: str | None = None) -> NgramModel:
     """Read an ARPA model from a path (plain or gzip), from ARPA text, or from file bytes.
 
     A ``str`` is taken as ARPA text when it contains a newline, else as a path. ``source`` names
-    the input in error messages (default: the path, or ``<ARPA text>``).
+    the input in error messages (default: the path, ``<ARPA text>`` or ``<ARPA bytes>``).
     Raises :class:`ArpaFormatError` for unreadable or malformed input.
     """
     if isinstance(path_or_text, (bytes, bytearray)):
-        data: bytes | str = bytes(path_or_text)
-        source = source or "<ARPA bytes>"
+        store = parse_arpa_store(path_or_text, source or "<ARPA bytes>", dtype=np.float64)
     elif isinstance(path_or_text, str) and "\n" in path_or_text:
-        data, source = path_or_text, source or "<ARPA text>"
+        store = parse_arpa_store(path_or_text, source or "<ARPA text>", dtype=np.float64)
     else:
         path = Path(path_or_text)
-        source = source or str(path)
-        try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise ArpaFormatError(f"{source}: cannot read ARPA file: {err}") from err
-    if isinstance(data, bytes):
-        if data[:2] == b"\x1f\x8b":
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError, zlib.error) as err:
-                raise ArpaFormatError(f"{source}: broken gzip data: {err}") from err
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as err:
-            line = data.count(b"\n", 0, err.start) + 1
-            raise ArpaFormatError(f"{source}:{line}: not UTF-8 text: {err.reason}") from err
-    return parse_arpa(data, source)
+        store = read_arpa_store(path, source or str(path), dtype=np.float64)
+    return NgramModel.from_store(store)
 
 
 def parse_arpa(text: str, source: str = "<ARPA text>") -> NgramModel:
-    """Parse ARPA text (see the module docstring); errors name ``source`` and the line."""
-    lines = text.split("\n")
-    i = _skip_to_data(lines, source)
-    i, declared = _read_header(lines, i, source)
-    order = len(declared)
-    index: dict[str, int] = {}
-    logprobs: dict[Gram, dict[int, float]] = {}
-    backoffs: dict[Gram, float] = {}
-    for n in range(1, order + 1):
-        i = _next_nonblank(lines, i)
-        if i == len(lines):
-            raise ArpaFormatError(f"{source}: the file ends before the \\{n}-grams: section")
-        if lines[i].strip() != f"\\{n}-grams:":
-            raise ArpaFormatError(f"{source}:{i + 1}: expected \\{n}-grams:, got {lines[i].strip()!r}")
-        header = i
-        i, found = _read_section(lines, i + 1, n, n == order, index, logprobs, backoffs, source)
-        if found != declared[n - 1]:
-            raise ArpaFormatError(f"{source}:{header + 1}: the header declares {declared[n - 1]} {n}-grams, "
-                                  f"the section has {found}")
-    i = _next_nonblank(lines, i)
-    if i == len(lines):
-        raise ArpaFormatError(f"{source}: the file ends without \\end\\")
-    if lines[i].strip() != "\\end\\":
-        raise ArpaFormatError(f"{source}:{i + 1}: expected \\end\\, got {lines[i].strip()!r}")
-    if EOS not in index:
-        raise ArpaFormatError(f"{source}: {EOS} is not among the unigrams")
-    words = list(index)
-    num_file_words = len(words)
-    words += [w for w in (BOS, UNK) if w not in index]
-    logprobs.setdefault((), {})
-    return NgramModel(tuple(words), order, logprobs, backoffs, tuple(declared), num_file_words, source)
-
-
-def _next_nonblank(lines: list[str], i: int) -> int:
-    while i < len(lines) and not lines[i].strip():
-        i += 1
-    return i
-
-
-def _skip_to_data(lines: list[str], source: str) -> int:
-    for i, line in enumerate(lines):
-        if line.strip() == "\\data\\":
-            return i + 1
-    raise ArpaFormatError(f"{source}: no \\data\\ line: not an ARPA file")
-
-
-def _read_header(lines: list[str], i: int, source: str) -> tuple[int, list[int]]:
-    """The ``ngram N=count`` lines after ``\\data\\``: counts of orders 1..N, and where sections start."""
-    counts: dict[int, int] = {}
-    while i < len(lines):
-        line = lines[i].strip()
-        if line.startswith("\\"):
-            break
-        if line:
-            match = _NGRAM_LINE.fullmatch(line)
-            if not match:
-                raise ArpaFormatError(f"{source}:{i + 1}: expected 'ngram N=COUNT', got {line!r}")
-            n, count = int(match[1]), int(match[2])
-            if n != len(counts) + 1:
-                raise ArpaFormatError(f"{source}:{i + 1}: expected the count of order {len(counts) + 1}, got order {n}")
-            counts[n] = count
-        i += 1
-    if not counts:
-        raise ArpaFormatError(f"{source}:{i + 1}: the \\data\\ header has no 'ngram N=COUNT' lines")
-    return i, [counts[n] for n in range(1, len(counts) + 1)]
-
-
-def _read_section(lines: list[str], i: int, n: int, highest: bool, index: dict[str, int],
-                  logprobs: dict[Gram, dict[int, float]], backoffs: dict[Gram, float],
-                  source: str) -> tuple[int, int]:
-    """Entries of the ``\\n-grams:`` section from line ``i`` up to the next ``\\`` line; returns
-    that line's index and how many entries there were. Unigrams add their words to ``index``."""
-    found = 0
-    with_backoff = n + 2
-    if n == 1:
-        unigrams = logprobs.setdefault((), {})
-    for i in range(i, len(lines)):  # noqa: B020 (the loop index is returned)
-        line = lines[i]
-        fields = line.split()
-        if not fields:
-            continue
-        if fields[0][0] == "\\":
-            return i, found
-        size = len(fields)
-        if size != n + 1 and (size != with_backoff or highest):
-            expected = f"log10 prob and {n} word{'s' if n > 1 else ''}" + ("" if highest else " [and a back-off]")
-            raise ArpaFormatError(f"{source}:{i + 1}: expected {expected}, got {size} fields: {line.strip()!r}")
-        try:
-            logprob = float(fields[0])
-            backoff = float(fields[-1]) if size == with_backoff else 0.0
-        except ValueError:
-            raise ArpaFormatError(f"{source}:{i + 1}: not a number in {line.strip()!r}") from None
-        if math.isnan(logprob) or math.isnan(backoff) or logprob == math.inf or math.isinf(backoff):
-            raise ArpaFormatError(f"{source}:{i + 1}: log-probability or back-off is not finite in {line.strip()!r}")
-        if n == 1:
-            word = fields[1]
-            if word in index:
-                raise ArpaFormatError(f"{source}:{i + 1}: unigram {word!r} is listed twice")
-            gram: Gram = (len(index),)
-            index[word] = gram[0]
-            unigrams[gram[0]] = logprob * LOG10
-        else:
-            try:
-                gram = tuple([index[w] for w in fields[1:n + 1]])
-            except KeyError as err:
-                raise ArpaFormatError(f"{source}:{i + 1}: word {err.args[0]!r} is not among the unigrams") from None
-            table = logprobs.get(gram[:-1])
-            if table is None:
-                table = logprobs[gram[:-1]] = {}
-            elif gram[-1] in table:
-                raise ArpaFormatError(f"{source}:{i + 1}: {n}-gram {' '.join(fields[1:n + 1])!r} is listed twice")
-            table[gram[-1]] = logprob * LOG10
-        if size == with_backoff:
-            backoffs[gram] = backoff * LOG10
-        found += 1
-    return len(lines), found
+    """Parse ARPA text (see :mod:`lm.arpa`); errors name ``source`` and the line."""
+    return NgramModel.from_store(parse_arpa_store(text, source, dtype=np.float64))
 
 
 # ----------------------------------------------------------------------------------- scoring

@@ -1,40 +1,56 @@
 """A back-off ARPA n-gram in compact numpy arrays, scored in batches: the store behind
-``--model LM.arpa[.gz]``.
+``--model LM.arpa[.gz]``, and the one ARPA reader.
 
 Per order ``n`` the store holds the n-grams' word-id rows packed into one sorted key each
 (:class:`lm.kneser_ney.Packer`: ``uint64`` when ``n * bits`` fits, else big-endian bytes), their
-natural-log probabilities and back-off weights (float32): about 16 bytes per n-gram, against the
-hundreds of the dict-based reader (:class:`lm.ngram.NgramModel`). A batch of (history, word)
-queries is scored by the back-off definition of :mod:`lm.ngram` (same numbers) order by order over
-the whole batch: a ``searchsorted`` for the n-grams ``h w`` still unanswered, then one for the
-back-off weights of their contexts.
+natural-log probabilities and back-off weights (float32 by default): about 16 bytes per n-gram,
+against the hundreds of the dict-based model (:class:`lm.ngram.NgramModel`, which is built from a
+float64 store). A batch of (history, word) queries is scored by the back-off definition of
+:mod:`lm.ngram` (same numbers) order by order over the whole batch: a ``searchsorted`` for the
+n-grams ``h w`` still unanswered, then one for the back-off weights of their contexts.
 
-Reading follows :mod:`lm.ngram`'s format rules (and reuses its word conventions: ``<s>`` is never
-predicted, an unknown word is ``<unk>``, or :data:`lm.ngram.LOG_FLOOR` when the file has none).
+:func:`read_arpa_store` (a path) and :func:`parse_arpa_store` (text, bytes or lines) read the
+format of :mod:`lm.arpa`, with all of its checks, and its word conventions: ``<s>`` is never
+predicted, an unknown word is ``<unk>``, or :data:`lm.arpa.LOG_FLOOR` when the file has none.
 """
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
-from collections.abc import Sequence
+import zlib
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 from torch import Tensor
 
+from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, NGRAM_COUNT_LINE, UNK, ArpaFormatError
 from lm.kneser_ney import Packer
-from lm.ngram import BOS, EOS, LOG10, LOG_FLOOR, UNK, ArpaFormatError, _NGRAM_LINE
 
 
 @dataclass(frozen=True, eq=False)
 class NgramStore:
-    """A back-off n-gram model (see the module docstring). ``keys[n - 1]``, ``logprobs[n - 1]``
-    and ``backoffs[n - 1]`` are order ``n``'s sorted keys and their float32 natural-log
-    probabilities and back-off weights (0 where the file gives none)."""
+    """A back-off n-gram model (see the module docstring).
+
+    Attributes:
+      words: ``tuple[str, ...]``; ``words[i]`` is the word with id ``i``: the unigrams in file
+        order, then ``<s>`` if the file lacks it and ``<unk>`` if the file lacks it.
+      order: the highest n-gram order N.
+      keys: ``keys[n - 1]`` order ``n``'s packed word-id rows, sorted ``(count_n,)``
+        (:meth:`grams` unpacks them).
+      logprobs: ``logprobs[n - 1]`` float32 (float64 when read so) ``(count_n,)`` natural-log
+        probabilities, aligned with ``keys[n - 1]``.
+      backoffs: the same for back-off weights (0 where the file gives none).
+      num_file_words: how many of ``words`` are unigrams of the file (the rest were added).
+      source: where it was read from, for messages.
+    """
 
     words: tuple[str, ...]
     order: int
@@ -70,6 +86,10 @@ class NgramStore:
 
     def id(self, word: str) -> int:
         return self._index.get(word, self.unk_id)  # type: ignore[attr-defined]
+
+    def grams(self, n: int) -> np.ndarray:
+        """int64 ``(count_n, n)``: order ``n``'s word-id rows, in key order (lexicographic by id)."""
+        return Packer(n, self.bits).unpack(self.keys[n - 1])  # type: ignore[attr-defined]
 
     def is_known(self, word: str) -> bool:
         """A unigram of the file other than ``<unk>`` (the definition of a known word)."""
@@ -113,134 +133,285 @@ def _find(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return at, keys[at] == wanted
 
 
-def read_arpa_store(path: str | os.PathLike[str]) -> NgramStore:
-    """Read an ARPA file (plain or gzip) into an :class:`NgramStore`; errors name the file and
-    line (:class:`lm.ngram.ArpaFormatError`)."""
-    source = str(path)
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_arpa_store(path: str | os.PathLike[str], source: str | None = None,
+                    dtype: DTypeLike = np.float32) -> NgramStore:
+    """Read an ARPA file (plain or gzip, streamed line by line) into an :class:`NgramStore` whose
+    probabilities and back-off weights have ``dtype`` (float64 keeps the file's numbers exactly).
+    ``source`` names the file in errors (default: the path); every error is an
+    :class:`lm.arpa.ArpaFormatError` naming it and, where there is one, the line."""
+    source = source or str(path)
     try:
         with open(path, "rb") as probe:
-            gz = probe.read(2) == b"\x1f\x8b"
-        handle = gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+            gz = probe.read(2) == GZIP_MAGIC
+        handle = gzip.open(path, "rt", encoding="utf-8", newline="\n") if gz else \
+            open(path, encoding="utf-8", newline="\n")
     except OSError as err:
         raise ArpaFormatError(f"{source}: cannot read ARPA file: {err}") from err
     with handle as lines:
         try:
-            return _read(lines, source)
+            return _read(lines, source, dtype)
         except UnicodeDecodeError as err:
-            raise ArpaFormatError(f"{source}: not UTF-8 text: {err.reason}") from err
-        except (OSError, EOFError) as err:
+            raise ArpaFormatError(f"{source}:{_undecodable_line(path, gz)}: not UTF-8 text: {err.reason}") from err
+        except (OSError, EOFError, zlib.error) as err:
+            raise ArpaFormatError(f"{source}: {'broken gzip data' if gz else 'cannot read ARPA file'}: {err}") from err
+
+
+def parse_arpa_store(data: str | bytes | Iterable[str], source: str = "<ARPA text>",
+                     dtype: DTypeLike = np.float32) -> NgramStore:
+    """:func:`read_arpa_store` of ARPA text, of a file's bytes (plain or gzip), or of an iterable
+    of lines (with or without their ``\\n``); line numbers in errors count from 1."""
+    if isinstance(data, (bytes, bytearray)):
+        data = _decode(bytes(data), source)
+    return _read(iter(data.split("\n") if isinstance(data, str) else data), source, dtype)
+
+
+def _decode(data: bytes, source: str) -> str:
+    """The text of a file's bytes, gunzipped when they start with the gzip magic."""
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
             raise ArpaFormatError(f"{source}: broken gzip data: {err}") from err
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ArpaFormatError(f"{source}:{line}: not UTF-8 text: {err.reason}") from err
 
 
-def _read(lines, source: str) -> NgramStore:
+def _undecodable_line(path: str | os.PathLike[str], gz: bool) -> int:
+    """The number of the first line of the file that is not UTF-8 (read again, on the error path
+    only: the streaming decoder fails a whole chunk ahead of the line being parsed)."""
     number = 0
-    for line in lines:  # up to \data\
-        number += 1
-        if line.strip() == "\\data\\":
-            break
-    else:
-        raise ArpaFormatError(f"{source}: no \\data\\ line")
-    declared: list[int] = []
-    line = ""
-    for line in lines:
-        number += 1
-        text = line.strip()
-        if not text:
-            if declared:
-                break
-            continue
-        match = _NGRAM_LINE.fullmatch(text)
-        if not match:
-            break
-        if int(match.group(1)) != len(declared) + 1:
-            raise ArpaFormatError(f"{source}:{number}: expected ngram {len(declared) + 1}=..., got {text!r}")
-        declared.append(int(match.group(2)))
-    if not declared:
-        raise ArpaFormatError(f"{source}:{number}: no 'ngram N=count' lines after \\data\\")
-    order = len(declared)
-    index: dict[str, int] = {}
-    rows_by_order: list[np.ndarray] = []
-    logprobs: list[np.ndarray] = []
-    backoffs: list[np.ndarray] = []
-    pending = line.strip() if line.strip().startswith("\\") else None
-    for n in range(1, order + 1):
-        header = pending
-        pending = None
-        while header is None or not header:
-            header = next(lines, None)
-            number += 1
-            if header is None:
-                raise ArpaFormatError(f"{source}: the file ends before the \\{n}-grams: section")
-            header = header.strip()
-        if header != f"\\{n}-grams:":
-            raise ArpaFormatError(f"{source}:{number}: expected \\{n}-grams:, got {header!r}")
-        count = declared[n - 1]
-        ids = np.zeros((count, n), dtype=np.int64)
-        probs = np.zeros(count, dtype=np.float64)
-        bows = np.zeros(count, dtype=np.float64)
-        filled = 0
-        for line in lines:
-            number += 1
-            parts = line.split()
-            if not parts:
-                if filled == count:
-                    break
-                continue
-            if parts[0].startswith("\\"):  # the next section (or \end\), no blank line before it
-                if filled != count:
-                    raise ArpaFormatError(f"{source}:{number}: the header declares {count} {n}-grams, the section "
-                                          f"has {filled}")
-                pending = line.strip()
-                break
-            if filled == count:
-                raise ArpaFormatError(f"{source}:{number}: the header declares {count} {n}-grams, the section has more")
-            if len(parts) not in (n + 1, n + 2) or (len(parts) == n + 2 and n == order):
-                raise ArpaFormatError(f"{source}:{number}: expected a log-probability, {n} word(s)"
-                                      f"{'' if n == order else ' and an optional back-off weight'}, got {line.strip()!r}")
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as raw:
+        for number, line in enumerate(raw, 1):
             try:
-                probs[filled] = float(parts[0])
-                if len(parts) == n + 2:
-                    bows[filled] = float(parts[-1])
-            except ValueError:
-                raise ArpaFormatError(f"{source}:{number}: not a number in {line.strip()!r}") from None
-            if n == 1:
-                word = parts[1]
-                if word in index:
-                    raise ArpaFormatError(f"{source}:{number}: unigram {word!r} is listed twice")
-                index[word] = filled
-                ids[filled, 0] = filled
-            else:
-                try:
-                    ids[filled] = [index[w] for w in parts[1:n + 1]]
-                except KeyError as err:
-                    raise ArpaFormatError(f"{source}:{number}: word {err.args[0]!r} is not among the unigrams") from None
-            filled += 1
-        if filled != count:
-            raise ArpaFormatError(f"{source}:{number}: the header declares {count} {n}-grams, the section has {filled}")
-        rows_by_order.append(ids)
-        logprobs.append(probs)
-        backoffs.append(bows)
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                break
+    return number
+
+
+class _Lines:
+    """The input's lines and the number of the last one taken (for messages)."""
+
+    def __init__(self, lines: Iterator[str], source: str) -> None:
+        self.lines, self.source, self.number = lines, source, 0
+
+    def next_nonblank(self) -> str | None:
+        """The next non-blank line, stripped; None at the end of the input."""
+        for line in self.lines:
+            self.number += 1
+            text = line.strip()
+            if text:
+                return text
+        return None
+
+    def error(self, message: str, number: int | None = None) -> ArpaFormatError:
+        return ArpaFormatError(f"{self.source}:{self.number if number is None else number}: {message}")
+
+
+class _Numbering(dict):
+    """word -> id; a word not seen before gets the next id (the unigram section's numbering)."""
+
+    def __missing__(self, word: str) -> int:
+        self[word] = len(self)
+        return self[word]
+
+
+@dataclass(frozen=True)
+class _Section:
+    """One ``\\n-grams:`` section as read. ``grams``: int32 ``(count, n)`` word ids in file order;
+    ``probs``, ``backoffs``: float64 ``(count,)`` log10 numbers (back-off 0 where none is given);
+    ``first_line``: the number of the line after the section's header; ``blanks``: for each blank
+    line, how many entries come before it; ``end``: the stripped line that ended the section
+    (None at the end of the input)."""
+
+    grams: np.ndarray
+    probs: np.ndarray
+    backoffs: np.ndarray
+    first_line: int
+    blanks: list[int]
+    end: str | None
+
+    def line_of(self, row: int) -> int:
+        """The line number of entry ``row``."""
+        return self.first_line + row + bisect.bisect_right(self.blanks, row)
+
+
+def _read(lines: Iterator[str], source: str, dtype: DTypeLike) -> NgramStore:
+    """The one ARPA parser (the format and its checks: :mod:`lm.arpa`). Each line is split once and
+    its numbers and words appended to flat arrays; what whole arrays show at once (numbers that
+    are not finite, n-grams listed twice) is checked per section afterwards, and the first problem
+    in file order is the one reported, as a line-by-line check would."""
+    reader = _Lines(lines, source)
+    declared, pending = _read_header(reader)
+    order = len(declared)
+    index: dict[str, int] = _Numbering()
+    keys, logprobs, backoffs = [], [], []
+    for n in range(1, order + 1):
+        header = pending if pending is not None else reader.next_nonblank()
+        if header is None:
+            raise ArpaFormatError(f"{source}: the file ends before the \\{n}-grams: section")
+        if header != f"\\{n}-grams:":
+            raise reader.error(f"expected \\{n}-grams:, got {header!r}")
+        header_line = reader.number
+        section, line_error = _read_section(reader, n, n == order, index.__getitem__)
+        if n == 1:
+            index = dict(index)  # complete: an unknown word of a higher order is an error
+        bits = max(1, (len(index) + (BOS not in index) + (UNK not in index) - 1).bit_length())
+        packed, sort = _sorted_checked(section, n, bits, index, reader)
+        if line_error is not None:
+            raise line_error
+        found = section.probs.shape[0]
+        if found != declared[n - 1]:
+            raise reader.error(f"the header declares {declared[n - 1]} {n}-grams, the section has {found}", header_line)
+        pending = section.end
+        keys.append(packed)
+        logprobs.append((section.probs[sort] * LOG10).astype(dtype, copy=False))
+        backoffs.append((section.backoffs[sort] * LOG10).astype(dtype, copy=False))
+    end = pending if pending is not None else reader.next_nonblank()
+    if end is None:
+        raise ArpaFormatError(f"{source}: the file ends without \\end\\")
+    if end != "\\end\\":
+        raise reader.error(f"expected \\end\\, got {end!r}")
     if EOS not in index:
         raise ArpaFormatError(f"{source}: {EOS} is not among the unigrams")
     words = list(index)
     num_file_words = len(words)
-    for extra in (BOS, UNK):
-        if extra not in index:
-            index[extra] = len(words)
-            words.append(extra)
-    bits = max(1, (len(words) - 1).bit_length())
-    keys, probs32, bows32 = [], [], []
-    for n, (rows, probs, bows) in enumerate(zip(rows_by_order, logprobs, backoffs), 1):
-        packed = Packer(n, bits).pack(rows)
-        order_ = np.argsort(packed, kind="stable")
-        packed = packed[order_]
-        if packed.shape[0] > 1 and bool((packed[1:] == packed[:-1]).any()):
-            raise ArpaFormatError(f"{source}: an {n}-gram is listed twice")
-        keys.append(packed)
-        probs32.append((probs[order_] * LOG10).astype(np.float32))
-        bows32.append((bows[order_] * LOG10).astype(np.float32))
-    return NgramStore(words=tuple(words), order=order, keys=keys, logprobs=probs32, backoffs=bows32,
+    words += [w for w in (BOS, UNK) if w not in index]
+    return NgramStore(words=tuple(words), order=order, keys=keys, logprobs=logprobs, backoffs=backoffs,
                       num_file_words=num_file_words, source=source)
+
+
+def _read_header(reader: _Lines) -> tuple[list[int], str | None]:
+    """Skip to ``\\data\\`` and read its ``ngram N=COUNT`` lines: the counts of orders 1..N, and
+    the stripped line after them (None at the end of the input)."""
+    for line in reader.lines:
+        reader.number += 1
+        if line.strip() == "\\data\\":
+            break
+    else:
+        raise ArpaFormatError(f"{reader.source}: no \\data\\ line: not an ARPA file")
+    counts: list[int] = []
+    while (text := reader.next_nonblank()) is not None and not text.startswith("\\"):
+        match = NGRAM_COUNT_LINE.fullmatch(text)
+        if not match:
+            raise reader.error(f"expected 'ngram N=COUNT', got {text!r}")
+        n, count = int(match[1]), int(match[2])
+        if n != len(counts) + 1:
+            raise reader.error(f"expected the count of order {len(counts) + 1}, got order {n}")
+        counts.append(count)
+    if not counts:
+        raise reader.error("the \\data\\ header has no 'ngram N=COUNT' lines", reader.number + (text is None))
+    return counts, text
+
+
+def _read_section(reader: _Lines, n: int, highest: bool,
+                  word_id: Callable[[str], int]) -> tuple[_Section, ArpaFormatError | None]:
+    """The entries of a ``\\n-grams:`` section up to the next line whose first field starts with a
+    backslash (the next section's header or ``\\end\\``), or the end of the input. ``word_id``
+    maps a word to its id (``KeyError`` for a word that is not a unigram). Per line: one
+    ``split``, a branch on the number of fields, ``float`` and the word look-ups; nothing else.
+
+    Returns the entries read and, when a line is malformed, its error (the entries before it are
+    checked first: an earlier problem is reported first); ``reader.number`` is left at the last
+    line taken."""
+    plain, with_backoff = n + 1, (-1 if highest else n + 2)
+    ids, probs = array("i"), array("d")
+    backoff_rows, backoff_values, blanks = array("q"), array("d"), []
+    add_ids, add_prob = ids.extend, probs.append
+    first = reader.number + 1
+    end = line = None
+    error: str | None = None
+    try:
+        for line in reader.lines:
+            parts = line.split()
+            size = len(parts)
+            if size == plain:
+                logprob = float(parts[0])
+                add_ids(map(word_id, parts[1:plain]))
+                add_prob(logprob)
+            elif size == with_backoff:
+                logprob, backoff = float(parts[0]), float(parts[plain])
+                add_ids(map(word_id, parts[1:plain]))
+                backoff_rows.append(len(probs))
+                backoff_values.append(backoff)
+                add_prob(logprob)
+            elif not size:
+                blanks.append(len(probs))
+            else:
+                end = line
+                break
+    except (ValueError, KeyError) as err:
+        end, error = line, _line_problem(line, n, err)
+    count = len(probs)
+    reader.number = first + count + len(blanks) - (end is None)
+    if end is not None and error is None and end.split()[0][0] != "\\":
+        expected = f"log10 prob and {n} word{'s' if n > 1 else ''}" + ("" if highest else " [and a back-off]")
+        error = f"expected {expected}, got {len(end.split())} fields: {end.strip()!r}"
+    dense = np.zeros(count, dtype=np.float64)
+    dense[np.frombuffer(backoff_rows, dtype=np.int64)] = np.frombuffer(backoff_values, dtype=np.float64)
+    section = _Section(grams=np.frombuffer(ids, dtype=np.intc)[:count * n].reshape(count, n),
+                       probs=np.frombuffer(probs, dtype=np.float64), backoffs=dense, first_line=first,
+                       blanks=blanks, end=None if end is None or error else end.strip())
+    return section, None if error is None else reader.error(error)
+
+
+def _line_problem(line: str, n: int, err: ValueError | KeyError) -> str | None:
+    """What is wrong with an entry line whose number or word failed (the error path only), in the
+    order numbers, then words; None for a line that starts with a backslash: no entry but the end
+    of the section, whatever its number of fields."""
+    parts = line.split()
+    if parts[0][0] == "\\":
+        return None
+    if isinstance(err, ValueError):
+        return f"not a number in {line.strip()!r}"
+    logprob, backoff = float(parts[0]), float(parts[-1]) if len(parts) == n + 2 else 0.0
+    if not _finite(np.array([logprob]), np.array([backoff]))[0]:
+        return _not_finite(n, " ".join(parts[1:n + 1]), logprob, backoff)
+    return f"word {err.args[0]!r} is not among the unigrams"
+
+
+def _finite(probs: np.ndarray, backoffs: np.ndarray) -> np.ndarray:
+    """bool: a log-probability below +inf that is a number (``-inf`` is probability 0), and a
+    finite back-off weight."""
+    return ~(np.isnan(probs) | (probs == np.inf) | ~np.isfinite(backoffs))
+
+
+def _not_finite(n: int, words: str, logprob: float, backoff: float) -> str:
+    return (f"log-probability or back-off is not finite in the {n}-gram {words!r}: "
+            f"log10 p {logprob}, back-off {backoff}")
+
+
+def _sorted_checked(section: _Section, n: int, bits: int, index: dict[str, int],
+                    reader: _Lines) -> tuple[np.ndarray, np.ndarray]:
+    """The section's packed keys, sorted, and the sorting permutation; raises for the first
+    entry (in file order) whose numbers are not finite or that repeats an earlier n-gram."""
+    packed = Packer(n, bits).pack(section.grams)
+    sort = np.argsort(packed, kind="stable")
+    packed = packed[sort]
+    bad = ~_finite(section.probs, section.backoffs)
+    repeats = sort[1:][packed[1:] == packed[:-1]]  # the later entry of each equal pair
+    if bad.any() or repeats.size:
+        not_finite = int(np.argmax(bad)) if bad.any() else section.probs.shape[0]
+        row = min(not_finite, int(repeats.min()) if repeats.size else not_finite)
+        words = _gram_text(section.grams[row], index)
+        if row == not_finite:
+            message = _not_finite(n, words, float(section.probs[row]), float(section.backoffs[row]))
+        else:
+            message = f"{'unigram' if n == 1 else f'{n}-gram'} {words!r} is listed twice"
+        raise reader.error(message, section.line_of(row))
+    return packed, sort
+
+
+def _gram_text(ids: np.ndarray, index: dict[str, int]) -> str:
+    """The words of one n-gram, for a message (the error path only: builds the id -> word list)."""
+    words = list(index)
+    return " ".join(words[i] for i in ids.tolist())
 
 
 class StoreScorer:

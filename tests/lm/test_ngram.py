@@ -19,6 +19,7 @@ from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
 from lm.corpus import encode
 from lm.ngram import LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer, read_arpa, sentence_logprob
+from lm.ngram_store import load_store, parse_arpa_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
 from tests.factories import (MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
@@ -137,6 +138,26 @@ def test_a_file_without_sentence_start_gets_it_as_a_context_only_token():
     assert model.words == ("a", "</s>", "<s>", "<unk>") and scorer.context_size == 0
     got = score_pairs(scorer, [["<s>"], []], ["a", "</s>"])
     assert got.tolist() == pytest.approx([-0.3 * LOG10, -0.2 * LOG10])
+
+
+def test_the_dict_model_is_a_view_of_the_one_readers_store(tmp_path):
+    """read_arpa builds its dicts from the store the one parser reads (float64: the file's numbers
+    exactly; from a mapped float32 store directory to float32 precision); a listed back-off of 0 is
+    the same model as none."""
+    model = read_arpa(HAND)
+    ids = {w: model.id(w) for w in model.words}
+    assert model.logprobs[(ids["<s>"], ids["a"])] == {ids["b"]: -0.1 * LOG10}
+    assert model.logprobs[(ids["b"],)] == {ids["</s>"]: -0.3 * LOG10, ids["c"]: -0.5 * LOG10}
+    assert model.backoffs == {(ids["<s>"],): -0.5 * LOG10, (ids["a"],): -0.3 * LOG10, (ids["b"],): -0.2 * LOG10,
+                              (ids["<s>"], ids["a"]): -0.1 * LOG10, (ids["a"], ids["b"]): -0.25 * LOG10}
+    zero = read_arpa(HAND.replace("-1.0\tc\n", "-1.0\tc\t0\n"))
+    assert zero.backoffs == model.backoffs and zero.logprobs == model.logprobs
+    save_store(parse_arpa_store(HAND), tmp_path / "store")
+    mapped = NgramModel.from_store(load_store(tmp_path / "store"))
+    assert mapped.words == model.words and mapped.counts == model.counts
+    assert mapped.logprobs.keys() == model.logprobs.keys()
+    for context, row in model.logprobs.items():
+        assert mapped.logprobs[context] == pytest.approx(row, rel=1e-6)  # float32
 
 
 def _kn(order: int, seed: int = 4) -> tuple[KneserNey, Vocabulary, list[list[int]]]:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import random
+import re
 
 import numpy as np
 
 import pytest
 
 from bench.kneser_ney import write_arpa
-from lm.ngram import ArpaFormatError, NgramScorer, read_arpa
-from lm.ngram_store import StoreScorer, read_arpa_store
+from lm.ngram import LOG10, ArpaFormatError, NgramScorer, read_arpa
+from lm.ngram_store import StoreScorer, parse_arpa_store, read_arpa_store
 from lm.scorer import sentence_pairs
-from tests.lm.test_ngram import HAND, HAND_LINES, _kn
+from tests.lm.test_ngram import HAND, HAND_LINES, MALFORMED, _kn, _line, _replace
 
 
 def same_scores(path_or_text, tmp_path, sentences) -> None:
@@ -128,3 +130,120 @@ def test_an_ngram_model_directory_maps_the_same_model(tmp_path, capsys):
         assert main(["score", "--model", str(tmp_path / model), "--text", str(sentences), "--json"]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
+
+
+# ------------------------------------------------------------------- the one reader's checks
+def _streamed(tmp_path, text: str, name: str = "bad.arpa"):
+    """``read_arpa_store`` of ``text`` written to ``name`` (gzip-compressed when it ends in .gz)."""
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    return read_arpa_store(path), path
+
+
+@pytest.mark.parametrize("name", ["bad.arpa", "bad.arpa.gz"])
+@pytest.mark.parametrize(("text", "message"), MALFORMED)
+def test_the_streamed_file_reader_makes_every_check_at_the_same_line(tmp_path, name, text, message):
+    """Every malformed input of read_arpa's tests is rejected by the file reader too, naming the
+    file and the same line (text and file are read by the one parser)."""
+    path = tmp_path / name
+    with pytest.raises(ArpaFormatError, match=message.replace("<ARPA text>", re.escape(str(path)))) as caught:
+        _streamed(tmp_path, text, name)
+    assert str(caught.value).startswith(f"{path}:")
+
+
+def _ends(text: str, line: str, extra: str) -> str:
+    """HAND with ``extra`` lines right after ``line``."""
+    return text.replace(line + "\n", line + "\n" + extra, 1)
+
+
+NEW_CHECKS = [  # (text, line, message): each a check the store reader lacked or made without a line
+    (_replace("-0.7\t</s>", "inf\t</s>"), _line("-0.7\t</s>"), r"not finite in the 1-gram '</s>': log10 p inf"),
+    (_replace("-0.4\ta b\t-0.25", "1e999\ta b\t-0.25"), _line("-0.4\ta b\t-0.25"), "not finite in the 2-gram 'a b'"),
+    (_replace("-0.5\ta\t-0.3", "-0.5\ta\t-inf"), _line("-0.5\ta\t-0.3"),
+     "not finite in the 1-gram 'a'.* back-off -inf"),
+    (_replace("-0.1\t<s> a b", "nan\t<s> a b"), _line("-0.1\t<s> a b"), "not finite in the 3-gram '<s> a b'"),
+    (_replace("-0.3\tb </s>", "nan\tb zebra"), _line("-0.3\tb </s>"),
+     "not finite in the 2-gram 'b zebra'"),  # the numbers are checked before the words
+    (_replace("-0.05\ta b c", "-0.05\t<s> a b"), _line("-0.05\ta b c"), "3-gram '<s> a b' is listed twice"),
+    (_replace("-1.0\tc", "-1.0\tb"), _line("-1.0\tc"), "unigram 'b' is listed twice"),
+    # the first problem in file order wins, though repeats are found per section afterwards
+    (_replace("-0.5\tb c", "-0.5\tb zebra").replace("-0.3\tb </s>", "-0.3\t<s> a"), _line("-0.3\tb </s>"),
+     "2-gram '<s> a' is listed twice"),
+    (_replace("-0.2\t<s> a\t-0.1", "-0.2\t<s> a\tnan").replace("-0.4\ta b\t-0.25", "-0.4\t<s> a"),
+     _line("-0.2\t<s> a\t-0.1"), "not finite in the 2-gram '<s> a'"),
+    (_ends(HAND, "-0.5\tb c", "-0.6\tc b\n"), _line("\\2-grams:"), "the header declares 4 2-grams, the section has 5"),
+    (_ends(HAND, "-0.3\tb </s>", "\n\n"), None, None),  # blank lines inside a section: the same model
+    (_ends(HAND.replace("ngram 2=4", "ngram 2=3"), "-0.3\tb </s>", "\n"), _line("\\2-grams:"),
+     "declares 3 2-grams, the section has 4"),  # entries after a blank line still count
+    (_replace("ngram 2=4", "ngram 2=4 and more"), _line("ngram 2=4"),
+     "expected 'ngram N=COUNT', got 'ngram 2=4 and more'"),
+    (_replace("ngram 3=2", "ngram 4=2"), _line("ngram 3=2"), "expected the count of order 3, got order 4"),
+    (_replace("\\2-grams:", "\\2-grams: x"), _line("\\2-grams:"), r"expected \\2-grams:, got '\\\\2-grams: x'"),
+    (_replace("\\end\\", "\\end\\ of it"), _line("\\end\\"), r"expected \\end\\, got '\\\\end\\\\ of it'"),
+    (HAND.replace("\\end\\\n", "\n\n"), None, r"the file ends without \\end\\"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), NEW_CHECKS)
+def test_checks_name_the_file_and_line(tmp_path, text, line, message):
+    if message is None:
+        store, _ = _streamed(tmp_path, text, "ok.arpa")
+        assert store.counts == (6, 4, 2)
+        return
+    path = tmp_path / "bad.arpa.gz"
+    where = re.escape(str(path)) + ("" if line is None else f":{line}")
+    with pytest.raises(ArpaFormatError, match=f"^{where}: .*{message}"):
+        _streamed(tmp_path, text, path.name)
+
+
+def test_a_repeated_ngram_is_found_with_wide_keys_too(tmp_path):
+    """5-grams over 4,102 words need 65-bit keys (packed as byte strings): a repeat is found and
+    named there too, and without it the file reads."""
+    words = ["</s>", "<s>", *(f"w{i}" for i in range(4100))]
+    grams = ["w1 w2 w3 w4 w5", "w4099 w2 w3 w4 w5", "w1 w2 w3 w4 w5"]
+    head = ("\\data\\\n" + "".join(f"ngram {n}={c}\n" for n, c in enumerate([len(words), 0, 0, 0, 3], 1))
+            + "\n\\1-grams:\n" + "".join(f"-1\t{w}\n" for w in words)
+            + "\\2-grams:\n\\3-grams:\n\\4-grams:\n\\5-grams:\n")
+    def text(grams: list[str]) -> str:
+        return head + "".join(f"-0.5\t{g}\n" for g in grams) + "\\end\\\n"
+
+    third = head.count("\n") + 3
+    with pytest.raises(ArpaFormatError, match=rf"wide\.arpa:{third}: 5-gram 'w1 w2 w3 w4 w5' is listed twice"):
+        _streamed(tmp_path, text(grams), "wide.arpa")
+    store, _ = _streamed(tmp_path, text([*grams[:2], "w2 w2 w3 w4 w5"]), "wide.arpa")
+    assert store.keys[4].dtype.kind == "V" and store.counts == (len(words), 0, 0, 0, 3)
+
+
+def test_not_utf8_and_broken_gzip_name_the_file(tmp_path):
+    bad = HAND.replace("-0.4\ta b", "-0.4\ta b\xe9").encode("latin-1")
+    for name, data in (("latin.arpa", bad), ("latin.arpa.gz", gzip.compress(bad))):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ArpaFormatError, match=rf"{name}:{_line('-0.4' + chr(9) + 'a b' + chr(9) + '-0.25')}: "
+                                                  "not UTF-8 text"):
+            read_arpa_store(tmp_path / name)
+    whole = gzip.compress(HAND.encode())
+    (tmp_path / "corrupt.gz").write_bytes(whole[:20] + bytes(40) + whole[60:])  # a zlib error, not an OSError
+    with pytest.raises(ArpaFormatError, match=r"corrupt\.gz: broken gzip data"):
+        read_arpa_store(tmp_path / "corrupt.gz")
+    (tmp_path / "truncated.gz").write_bytes(whole[:-30])
+    with pytest.raises(ArpaFormatError, match=r"truncated\.gz: broken gzip data"):
+        read_arpa_store(tmp_path / "truncated.gz")
+
+
+def test_text_bytes_lines_and_files_read_the_same_store(tmp_path):
+    """One parser behind every door; a layout that differs only in blanks, line ends and text
+    after ``\\end\\`` reads the same numbers; float64 keeps the file's numbers exactly."""
+    def arrays(store):
+        return store.words, [k.tolist() for k in store.keys], [p.tolist() for p in store.logprobs], \
+            [b.tolist() for b in store.backoffs]
+
+    loose = HAND.replace("ngram 2=4\n", "ngram 2=4\n\n").replace("\n", "\r\n") + "trailing words\n"
+    file_store, _ = _streamed(tmp_path, loose, "loose.arpa.gz")
+    stores = [parse_arpa_store(HAND), parse_arpa_store(HAND.encode()), parse_arpa_store(gzip.compress(HAND.encode())),
+              parse_arpa_store(HAND.splitlines()), parse_arpa_store(HAND.splitlines(keepends=True)), file_store]
+    assert all(arrays(s) == arrays(stores[0]) for s in stores[1:])
+    exact = parse_arpa_store(HAND, dtype=np.float64)
+    assert exact.logprobs[0].dtype == np.float64 and exact.logprobs[0][exact.id("a")] == -0.5 * LOG10
+    assert stores[0].logprobs[0].dtype == np.float32
+    with pytest.raises(ArpaFormatError, match=r"^lines:18: word 'zebra' is not among the unigrams"):
+        parse_arpa_store(_replace("-0.4\ta b\t-0.25", "-0.4\ta zebra\t-0.25").split("\n"), source="lines")
