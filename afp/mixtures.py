@@ -134,9 +134,13 @@ class LoadedMixture:
         return dict(self.record)
 
     def info(self) -> dict[str, Any]:
+        infos = [p.info() for p in self.parts]
+        rhos = [i["rho"] for i in infos if i.get("rho") is not None]
         return {"path": str(self.path), "name": self.config.describe(), "arch": "mixture", "cell": "mixture",
-                "layers": 0, "hidden": 0, "rho": None, "context_size": self.config.context_size, "future": 0,
-                "vocab_size": 0, "parameters": 0, "device": str(self.device),
+                "layers": 0, "hidden": 0, "rho": max(rhos) if rhos else None,
+                "context_size": self.config.context_size, "future": 0,
+                "vocab_size": max(int(i.get("vocab_size") or 0) for i in infos),
+                "parameters": sum(int(i.get("parameters") or 0) for i in infos), "device": str(self.device),
                 "default_unk_penalty": self.default_unk_penalty,
                 "parts": [{"model": str(p.path), "weight": w, "name": p.config.describe()}
                           for p, w in zip(self.parts, self.weights)],

@@ -1,6 +1,8 @@
 """Compare conversational models on every conversational validation set, fairly.
 
-  python -m bench.conversational_eval models/conversational-text models/conversational
+  python -m bench.conversational_eval models/conversational-text models/conversational/afp models/conversational
+
+(any model ``--model`` takes: a model directory, an n-gram, a mixture directory)
 
 Models with different vocabularies cannot be compared by their own perplexities (a small
 vocabulary maps more words to ``<unk>``, whose probability is high, and looks better). Besides
@@ -26,14 +28,25 @@ SETS = {"switchboard": "switchboard/valid.txt", "meetings": "meetings/valid.txt"
         "conversational-text": "conversational-text/valid.txt"}
 
 
+def known_words(loaded: Any) -> set[str]:
+    """The words a model (a model directory, an n-gram, or a mixture: every part) predicts as
+    themselves, not as ``<unk>``."""
+    if hasattr(loaded, "parts"):
+        return set.intersection(*(known_words(p) for p in loaded.parts))
+    if hasattr(loaded, "store"):
+        return {w for w in loaded.store.words if loaded.store.is_known(w)}
+    return {w for w in loaded.vocab.words if w and w != loaded.vocab.unk}
+
+
 def evaluate(models: list[Path], threads: int) -> dict[str, Any]:
-    from lm.checkpoint import load_checkpoint
-    from lm.corpus import encode, load_corpus
-    from lm.evaluate import score_corpus
+    from afp.mixtures import open_model, scorer_of
+    from lm.corpus import load_corpus
+    from lm.scorer import score_sentences
 
     torch.set_num_threads(threads)
-    loaded = {str(m): load_checkpoint(m) for m in models}
-    shared = set.intersection(*({w for w in m.vocab.words if w} for m in loaded.values()))
+    loaded = {str(m): open_model(m) for m in models}
+    known = {name: known_words(m) for name, m in loaded.items()}
+    shared = set.intersection(*known.values())
     report: dict[str, Any] = {"models": {name: m.info() for name, m in loaded.items()},
                               "shared_vocabulary": len(shared), "sets": {}, "environment": environment()}
     for set_name, relative in SETS.items():
@@ -46,9 +59,11 @@ def evaluate(models: list[Path], threads: int) -> dict[str, Any]:
         total_tokens = sum(len(s) + 1 for s in sentences)
         row: dict[str, Any] = {"sentences": len(sentences), "tokens": total_tokens, "shared_tokens": shared_tokens}
         for name, m in loaded.items():
-            scored = score_corpus(m.model, encode(sentences, m.vocab))
-            logprob = sum(float(lp[torch.tensor(c)].sum()) for lp, c in zip(scored.token_logprobs, counted))
-            row[name] = {"ppl": scored.ppl, "oov": scored.oov, "oov_rate": scored.oov / total_tokens,
+            scored = score_sentences(scorer_of(m, precision="fp32"), sentences)
+            total = sum(float(lp.sum()) for lp in scored)
+            logprob = sum(float(lp[torch.tensor(c)].sum()) for lp, c in zip(scored, counted))
+            oov = sum(w not in known[name] for s in sentences for w in s)
+            row[name] = {"ppl": math.exp(-total / total_tokens), "oov": oov, "oov_rate": oov / total_tokens,
                          "shared_vocab_ppl": math.exp(-logprob / shared_tokens)}
         report["sets"][set_name] = row
         print(set_name, {k: v for k, v in row.items()}, flush=True)

@@ -488,23 +488,57 @@ def acausal(results: Path) -> list[str]:
 
 
 def wer_models(results: Path) -> list[str]:
-    """``wer_models.json``: the AFP model, a KN 4-gram and their mixture on the ESPnet lists."""
-    data = _load(results / "wer_models.json")
-    if not data or "first_pass" not in data:
-        return []
-    sets = list(data["first_pass"])
-    rows = [["first pass", "-", *(f"{data['first_pass'][s]:.2f}" for s in sets), "-", "-"]]
-    for system, found in data["systems"].items():
-        tuned = [next(v for k, v in found.items() if k.startswith(s) and "tuned on" in k) for s in sets]
-        rows.append([system, data["models"].get(system, {}).get("name", "-"), *(f"{t['wer']:.2f}" for t in tuned),
-                     " / ".join(f"{t['against_first_pass']['mapsswe']['p']:.2g}" for t in tuned),
-                     " / ".join(f"{t['against_reweighted']['mapsswe']['p']:.2g}" if "against_reweighted" in t
-                                else "-" for t in tuned)])
-    return ["## Which LM helps the ESPnet first pass? (`python -m bench.wer_models`)", "",
-            f"`{data['command']}`: each system added to the recogniser's own LM and tuned by the joint search on one "
-            "dev set, applied to the other (WER %).", "",
-            *_table(["system", "model", *(f"{s} (tuned on the other)" for s in sets), "p vs first pass",
-                     "p vs re-weighting"], rows)]
+    """``wer_models.json`` (the bundled books-large models) and ``wer_models_books.json`` (the
+    earlier 7.6M-word books/ models): an AFP model, a KN 4-gram and their mixture on the ESPnet lists."""
+    lines = []
+    for name, what in (("wer_models.json", "the bundled `models/librispeech` mixture and its parts (books/ + "
+                                            "books-large/, 67.6M words)"),
+                       ("wer_models_books.json", "the earlier models of books/ alone (7.6M words)")):
+        data = _load(results / name)
+        if not data or "first_pass" not in data:
+            continue
+        sets = list(data["first_pass"])
+        rows = [["first pass", "-", *(f"{data['first_pass'][s]:.2f}" for s in sets), "-", "-"]]
+        for system, found in data["systems"].items():
+            tuned = [next(v for k, v in found.items() if k.startswith(s) and "tuned on" in k) for s in sets]
+            rows.append([system, data["models"].get(system, {}).get("name", "-"),
+                         *(f"{t['wer']:.2f}" for t in tuned),
+                         " / ".join(f"{t['against_first_pass']['mapsswe']['p']:.2g}" for t in tuned),
+                         " / ".join(f"{t['against_reweighted']['mapsswe']['p']:.2g}" if "against_reweighted" in t
+                                    else "-" for t in tuned)])
+        lines += [f"## Which LM helps the ESPnet first pass? {what[0].upper() + what[1:]} "
+                  "(`python -m bench.wer_models`)", "",
+                  f"`{data['command']}`: each system added to the recogniser's own LM and tuned by the joint search "
+                  "on one dev set, applied to the other (WER %).", "",
+                  *_table(["system", "model", *(f"{s} (tuned on the other)" for s in sets), "p vs first pass",
+                           "p vs re-weighting"], rows)]
+    return lines
+
+
+def bundled_mixtures(results: Path) -> list[str]:
+    """``ngram_prune.json`` and ``bundled_mixtures.json``: pruning sizes and the shipped mixtures."""
+    lines = []
+    prune = _load(results / "ngram_prune.json")
+    if prune:
+        rows = [[f"{r['threshold']:g}", f"{r['total_ngrams']:,}", f"{r['store_mib']:.1f}",
+                 f"{r['prune_seconds']:.0f}", *(f"{v:.2f}" for v in r["ppl"].values())] for r in prune["rows"]]
+        texts = list(prune["rows"][0]["ppl"]) if prune["rows"] else []
+        lines += ["## Entropy pruning of the 67.6M-word 4-gram (`python -m bench.ngram_prune`)", "",
+                  f"`{prune['command']}`: built once ({prune['build_seconds']:.0f} s, peak "
+                  f"{prune['peak_rss_mib']:.0f} MiB for the whole run), pruned at each threshold; perplexity of "
+                  + "; ".join(f"{k}: {v}" for k, v in prune["texts"].items()) + ".", "",
+                  *_table(["threshold", "n-grams", "store MiB", "prune s", *(f"ppl {t}" for t in texts)], rows)]
+    mixes = _load(results / "bundled_mixtures.json")
+    for preset, record in (mixes or {}).items():
+        rows = [[label, f"{v['afp']:.2f}", f"{v['4-gram']:.2f}", f"{v['mixture']:.2f}"]
+                for label, v in record["ppl"].items()]
+        lines += [f"## Bundled mixture `models/{preset}` (`{record['command']}`)", "",
+                  f"Weights {', '.join(f'{w:.4f}' for w in record['weights'])} (AFP, 4-gram) by EM on "
+                  f"{record['em_text']}; 4-gram {sum(v for k, v in record['ngram'].items() if k.endswith('-grams')):,} "
+                  f"n-grams after pruning at {record['ngram']['prune']:g}; sizes MiB: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in record["sizes_mib"].items()) + ".", "",
+                  *_table(["text", "AFP part", "4-gram part", "mixture"], rows)]
+    return lines
 
 
 def ngrams(results: Path) -> list[str]:
@@ -520,13 +554,15 @@ def ngrams(results: Path) -> list[str]:
     if speed:
         rows = [[r["case"], r["afp_model"], f"{r['afp']['total']:.2f}", f"{r['afp']['expand']:.2f}",
                  f"{r['afp']['score']:.2f}", f"{r['afp']['search']:.2f}", f"{r['ngram_4gram']['total']:.2f}",
-                 f"{r['total_ratio_afp_over_ngram']:.2f}", f"{r['shared_scoring_ratio_afp_over_ngram']:.2f}"]
+                 f"{r['total_ratio_afp_over_ngram']:.2f}", f"{r['shared_scoring_ratio_afp_over_ngram']:.2f}",
+                 f"{r['mixture_run']['total']:.2f} (x{r['total_ratio_mixture_over_afp']:.2f})" if "mixture_run" in r
+                 else "-"]
                 for r in speed["rows"]]
         lines += ["## AFP model against a 4-gram of the same vocabulary (`python -m bench.ngram_speed`)", "",
                   f"`{speed['command']}`, one thread, side by side in one run; seconds summed over the inputs. The "
                   "last column: scoring alone on one shared expansion.", "",
                   *_table(["inputs", "AFP model", "AFP total s", "expand", "score", "search", "4-gram total s",
-                           "AFP / 4-gram", "scoring only, same expansion"], rows)]
+                           "AFP / 4-gram", "scoring only, same expansion", "mixture total s (/ AFP)"], rows)]
     store = _load(results / "ngram_store.json")
     if store:
         rows = [[r["reader"], f"{r['load_s']:.1f}", f"{r['peak_rss_mib']:.0f}", f"{r['lookups_per_s']:,.0f}",
@@ -541,7 +577,8 @@ def ngrams(results: Path) -> list[str]:
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
                                  softmax_wikitext, rescoring,
                                  long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load, wer,
-                                 tune_transfer, untuned_defaults, acausal, wer_models, ngrams, conversational)
+                                 tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
+                                 conversational)
 
 
 def render(results: Path = RESULTS) -> str:

@@ -182,7 +182,8 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
 
 def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], table: dict[str, Any],
             valid_file: Path) -> Path:
-    """Copy the winner to ``models/<preset>/`` (bfloat16 weights where the preset says so), measure
+    """Copy the winner to ``models/<preset>/`` (its ``afp/`` part when that is a bundled mixture;
+    bfloat16 weights where the preset says so), measure
     its validation perplexity as stored, and write ``TRAINING.md``."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -193,6 +194,10 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
 
     spec = PRESETS[preset]
     target = REPO_ROOT / "models" / preset
+    if (target / "mixture.json").is_file():  # a bundled mixture (bench.bundle_mixtures): this is its AFP part
+        target = target / "afp"
+        print(f"models/{preset} is a mixture: installing its AFP part {target}; run python -m bench.bundle_mixtures "
+              f"{preset} to re-estimate the weights")
     target.mkdir(parents=True, exist_ok=True)
     dtype = spec.get("store_dtype", "float32")
     tensors = load_file(str(run_dir / "model.safetensors"))

@@ -4,12 +4,14 @@ LM and tuned by ``afp tune``'s joint search on one dev set, applied to the other
 
   python -m bench.wer_models                 # every utterance of both dev sets
 
-Models (each built when missing, into ``runs/wer_models/``):
+Models: the bundled ``models/librispeech`` mixture (``python -m bench.bundle_mixtures librispeech``)
+and each of its parts alone:
 
-* ``models/librispeech`` (GRU-256 AFP-4, books/);
-* a KN 4-gram of ``books/train.txt`` with its vocabulary (``afp ngram``, as ``bench.ngram_speed``
-  builds it), an n-gram model directory;
-* their mixture, weights by EM on ``books/valid.txt`` (``afp mix``).
+* ``models/librispeech/afp``: GRU-256 AFP-4 trained on books/ + books-large/ (67.6M words);
+* ``models/librispeech/ngram``: the KN 4-gram of the same text and vocabulary, entropy-pruned;
+* ``models/librispeech``: their mixture (weights by EM on held-out books text).
+
+The numbers of the earlier 7.6M-word books/ models are in ``bench/results/wer_models_books.json``.
 
 Systems: first pass; re-weighting only (no new LM); + each model. WER with the matched-pairs
 p-values against the first pass and against re-weighting (``bench.wer.cross_tune``). Writes
@@ -18,40 +20,18 @@ p-values against the first pass and against re-weighting (``bench.wer.cross_tune
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
-
-RUNS = REPO_ROOT / "runs" / "wer_models"
-BOOKS = SHARED_DATA / "books"
-
-
-def afp(*argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=REPO_ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"afp {' '.join(argv)}: {done.stderr}")
-    return done.stdout
-
+from bench.common import REPO_ROOT, RESULTS, environment, write_json
 
 def models() -> dict[str, Path]:
-    RUNS.mkdir(parents=True, exist_ok=True)
-    afp_model = REPO_ROOT / "models" / "librispeech"
-    store = RUNS / "books-4gram"
-    if not (store / "ngram.json").is_file():
-        config = json.loads((afp_model / "config.json").read_text())
-        words = RUNS / "words.txt"
-        words.write_text("".join(f"{w} {i}\n" for i, w in enumerate(config["vocab"]["words"])))
-        afp("ngram", "--text", str(BOOKS / "train.txt"), "--words-txt", str(words), "--order", "4",
-            "--out", str(RUNS / "books-4gram.arpa.gz"), "--store", str(store))
-    mixture = RUNS / "mixture"
-    if not (mixture / "mixture.json").is_file():
-        print(afp("mix", "--text", str(BOOKS / "valid.txt"), "--out", str(mixture), str(afp_model), str(store)).strip())
-    return {"+ AFP model": afp_model, "+ KN 4-gram": store, "+ mixture (EM on books/valid)": mixture}
+    bundled = REPO_ROOT / "models" / "librispeech"
+    if not (bundled / "mixture.json").is_file():
+        raise SystemExit(f"{bundled} is not a mixture: run python -m bench.bundle_mixtures librispeech")
+    return {"+ AFP model (books-large)": bundled / "afp", "+ KN 4-gram (books-large, pruned)": bundled / "ngram",
+            "+ mixture (models/librispeech)": bundled}
 
 
 def main() -> None:

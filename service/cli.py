@@ -589,13 +589,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings = Settings(**overrides)
     except Exception as err:  # pydantic's ValidationError: report it as a usage error
         raise CLIError(f"invalid server settings: {err}") from None
+    from afp.mixtures import is_mixture_dir
     from lm.ngram_store import is_arpa_path, is_store_dir
 
     if is_arpa_path(settings.model_dir) or is_store_dir(settings.model_dir):
         if not settings.model_dir.exists():
             raise CLIError(f"{settings.model_dir}: no such ARPA file")
-    elif not (settings.model_dir / "config.json").is_file():
-        raise CLIError(f"{settings.model_dir}: not a model directory (no config.json)")
+    elif not ((settings.model_dir / "config.json").is_file() or is_mixture_dir(settings.model_dir)):
+        raise CLIError(f"{settings.model_dir}: not a model directory (no config.json, no mixture.json)")
     if settings.weights is not None:  # a bad weights file is one line now, not a failed start-up later
         from afp.weights import TunedWeights
 

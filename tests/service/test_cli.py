@@ -44,7 +44,7 @@ def test_ppl_json_counts_words_plus_one_end_per_sentence(capsys, tmp_path, model
     assert result["tokens"] == 3 + 4 + 1 + 3 and result["sentences"] == 3 and result["oov"] == 1
     loaded = load_checkpoint(model_dir)
     expected = score_corpus(loaded.model, encode(sentences, loaded.vocab))
-    assert result["ppl"] == pytest.approx(expected.ppl, rel=1e-9)
+    assert result["ppl"] == pytest.approx(expected.ppl, rel=1e-6)  # float32 sums: kernels differ by CPU
     assert 1.0 < result["ppl"] < loaded.vocab.size * 10
 
 
@@ -88,7 +88,8 @@ def test_errors_are_one_line_and_exit_2(capsys, argv, message):
 
 
 def test_bundled_default_model_is_used_without_model_flag(capsys):
-    assert (default_model_dir() / "config.json").is_file(), "the bundled default model must be in the repo"
+    assert any((default_model_dir() / f).is_file() for f in ("config.json", "mixture.json")), \
+        "the bundled default model must be in the repo"
     (info,) = run_json(capsys, ["info", "--json"])
     assert info["rho"] is not None and info["rho"] >= 1 and info["vocab_size"] > 1000
     example = REPO / "examples" / "conversation.txt"
