@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, bundled_afp, environment, write_json
 
 RUNS = REPO_ROOT / "runs" / "acausal"
 OUT = RESULTS / "acausal.json"
@@ -103,7 +103,7 @@ def part_expansion() -> dict[str, Any]:
                 cases.append((f"AMI lattices ({len(ami)}), K={k}", ami, REPO_ROOT / "models" / "conversational", path))
     lists = [nbest_to_lattice(n) for n in read_espnet_nbest(NBEST / "dev_clean")[:300]]
     if _ready(BOOKS_WINDOW):
-        cases.append(("LibriSpeech dev_clean 30-best (300 lists), K=2", lists, REPO_ROOT / "models" / "librispeech",
+        cases.append(("LibriSpeech dev_clean 30-best (300 lists), K=2", lists, bundled_afp("librispeech"),
                       BOOKS_WINDOW))
     options = RescoreOptions(old_lm_weight=1.0, max_expanded_arcs=50_000_000)
     for name, lattices, causal_dir, window_dir in cases:
@@ -132,7 +132,7 @@ def part_wer(limit: int | None) -> dict[str, Any]:
 
     if not _ready(BOOKS_WINDOW):
         raise SystemExit(f"{BOOKS_WINDOW}: not trained yet (bash bench/acausal_train.sh books)")
-    causal = LMScorer(load_checkpoint(REPO_ROOT / "models" / "librispeech"), precision="fp32")
+    causal = LMScorer(load_checkpoint(bundled_afp("librispeech")), precision="fp32")
     feature = WindowScorer(load_checkpoint(BOOKS_WINDOW), precision="fp32")
     options = RescoreOptions(score_weights=(("decoder", 0.6), ("ctc", 0.4)), unk_penalty=causal.loaded.default_unk_penalty)
     tuners = {}
@@ -152,7 +152,7 @@ def part_wer(limit: int | None) -> dict[str, Any]:
     }
     out: dict[str, Any] = {"first_pass": {s: t.first_pass().wer for s, t in tuners.items()}, "systems": {},
                            "window_model": str(BOOKS_WINDOW.relative_to(REPO_ROOT)),
-                           "window": feature.loaded.config.describe(), "causal_model": "models/librispeech"}
+                           "window": feature.loaded.config.describe(), "causal_model": str(bundled_afp("librispeech").relative_to(REPO_ROOT))}
     reweighted = None
     for system, (fixed, free) in systems.items():
         found = cross_tune(tuners, fixed, free, reweighted)

@@ -53,7 +53,7 @@ fi
 if [ "$WHAT" = all ] || [ "$WHAT" = books ]; then
   if [ ! -f "$RUNS/books-data/meta.json" ]; then
     .venv/bin/python -c "
-import json; c = json.load(open('models/librispeech/config.json'))
+import json; c = json.load(open('models/librispeech/afp/config.json'))
 open('$RUNS/words.txt', 'w').write(''.join(f'{w} {i}\n' for i, w in enumerate(c['vocab']['words'])))"
     $AFP prepare --text $DATA/books/train.txt --valid $DATA/books/valid.txt --words-txt "$RUNS/words.txt" \
       --out "$RUNS/books-data"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The LibriSpeech-domain model on books/ + books-large/ (67.6M words), with the 44,122-word
-# vocabulary of models/librispeech (so perplexities compare): GRU-256 AFP-4, adaptive softmax,
+# vocabulary of models/librispeech/afp (so perplexities compare): GRU-256 AFP-4, adaptive softmax,
 # bf16 on a CPU with AMX, one thread (the other core stays free). Resumable across sessions:
 #   bash bench/books_large.sh            # prepare the shards if needed, unpack the carried state, train
 #   bash bench/books_large.sh --prepare-only   # the shards only
@@ -14,7 +14,7 @@ CARRY=bench/results/books-large/carry
 mkdir -p "$RUN"
 if [ ! -f "$RUN/data/meta.json" ]; then
   .venv/bin/python -c "
-import json; c = json.load(open('models/librispeech/config.json'))
+import json; c = json.load(open('models/librispeech/afp/config.json'))
 open('$RUN/words.txt', 'w').write(''.join(f'{w} {i}\n' for i, w in enumerate(c['vocab']['words'])))"
   .venv/bin/afp prepare --text $DATA/books/train.txt $DATA/books-large/train-0{1,2,3,4,5,6}.txt.gz \
     --valid $DATA/books/valid.txt --words-txt "$RUN/words.txt" --out "$RUN/data"

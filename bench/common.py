@@ -69,3 +69,10 @@ def save_figure(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     pyplot().close(fig)
+
+
+def bundled_afp(name: str) -> Path:
+    """The bundled neural model ``models/<name>``: its ``afp/`` part when that is a mixture
+    (``bench.bundle_mixtures``), else the model directory itself."""
+    directory = REPO_ROOT / "models" / name
+    return directory / "afp" if (directory / "mixture.json").is_file() else directory

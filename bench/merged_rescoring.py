@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, bundled_afp, environment, write_json
 
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
 THEANOLM = SHARED_DATA / "lattices" / "theanolm" / "lattice.slf"
@@ -52,7 +52,7 @@ def load_sets(limit: int | None) -> dict[str, tuple[Path, list[Any]]]:
     for name in ("dev_clean", "dev_other"):
         if (NBEST / name).is_dir():
             lists = read_espnet_nbest(NBEST / name)[:limit]
-            sets[name] = (REPO_ROOT / "models" / "librispeech", [nbest_to_lattice(n) for n in lists])
+            sets[name] = (bundled_afp("librispeech"), [nbest_to_lattice(n) for n in lists])
     if not sets:
         raise SystemExit(f"no lattices under {SHARED_DATA}: this benchmark needs ../shared/data")
     return sets

@@ -520,14 +520,21 @@ def bundled_mixtures(results: Path) -> list[str]:
     lines = []
     prune = _load(results / "ngram_prune.json")
     if prune:
-        rows = [[f"{r['threshold']:g}", f"{r['total_ngrams']:,}", f"{r['store_mib']:.1f}",
-                 f"{r['prune_seconds']:.0f}", *(f"{v:.2f}" for v in r["ppl"].values())] for r in prune["rows"]]
         texts = list(prune["rows"][0]["ppl"]) if prune["rows"] else []
+        rows = [[f"{r['threshold']:g}", f"{r['total_ngrams']:,}", f"{r['store_mib']:.1f}",
+                 f"{r['prune_seconds']:.0f}", *(f"{v:.2f}" for v in r["ppl"].values()),
+                 *((f"{r['mixture']['ppl'][t]:.2f}" for t in texts) if "mixture" in r else ("-",) * len(texts))]
+                for r in prune["rows"]]
         lines += ["## Entropy pruning of the 67.6M-word 4-gram (`python -m bench.ngram_prune`)", "",
                   f"`{prune['command']}`: built once ({prune['build_seconds']:.0f} s, peak "
                   f"{prune['peak_rss_mib']:.0f} MiB for the whole run), pruned at each threshold; perplexity of "
                   + "; ".join(f"{k}: {v}" for k, v in prune["texts"].items()) + ".", "",
-                  *_table(["threshold", "n-grams", "store MiB", "prune s", *(f"ppl {t}" for t in texts)], rows)]
+                  *([f"Mixture columns: each kept 4-gram mixed with `{prune['mixtures']['command'].split()[-1]}` "
+                     f"(EM on {prune['mixtures']['em_text']}; that model alone: "
+                     + ", ".join(f"{k} {v:.2f}" for k, v in prune["mixtures"]["model_alone"].items()) + ").", ""]
+                    if "mixtures" in prune else []),
+                  *_table(["threshold", "n-grams", "store MiB", "prune s", *(f"4-gram ppl {t}" for t in texts),
+                           *(f"mixture ppl {t}" for t in texts)], rows)]
     mixes = _load(results / "bundled_mixtures.json")
     for preset, record in (mixes or {}).items():
         rows = [[label, f"{v['afp']:.2f}", f"{v['4-gram']:.2f}", f"{v['mixture']:.2f}"]

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+from bench.common import RESULTS, SHARED_DATA, bundled_afp, environment, write_json
 
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_other"
 
@@ -58,7 +58,7 @@ def measure(name: str, model: str, sentences: list[list[str]], device: str) -> d
     from lm.evaluate import score_corpus
     from lm.scorer import LMScorer, text_score
 
-    loaded = load_checkpoint(REPO_ROOT / "models" / model, device=device)
+    loaded = load_checkpoint(bundled_afp(model), device=device)
     scorer = LMScorer(loaded, precision="fp32")
     text_score(scorer, sentences[:200])  # warm-up
     tick = time.perf_counter()

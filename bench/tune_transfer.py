@@ -29,7 +29,7 @@ import argparse
 import time
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, bundled_afp, environment, write_json
 
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
 SETS = ("dev_clean", "dev_other")
@@ -45,7 +45,7 @@ def scored_set(name: str, limit: int | None) -> Any:
 
     refs = read_references(NBEST / name / "ref_wer.trn")
     options = RescoreOptions(score_weights=(("decoder", 0.6), ("ctc", 0.4)))
-    tuner = Tuner(LMScorer(load_checkpoint(REPO_ROOT / "models" / "librispeech"), precision="fp32"), options, refs)
+    tuner = Tuner(LMScorer(load_checkpoint(bundled_afp("librispeech")), precision="fp32"), options, refs)
     lattices = list(iter_lattices([str(NBEST / name)], "auto"))[:limit]
     tick = time.perf_counter()
     tuner.add(lattices)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                   + f", applied {comparison.summary()}", flush=True)
     write_json(RESULTS / "tune_transfer.json", {
         "command": "python -m bench.tune_transfer" + (f" --limit {args.limit}" if args.limit else ""),
-        "environment": environment(), "model": "models/librispeech", "rows": rows})
+        "environment": environment(), "model": str(bundled_afp("librispeech").relative_to(REPO_ROOT)), "rows": rows})
 
 
 if __name__ == "__main__":

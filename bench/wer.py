@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
+from bench.common import RESULTS, SHARED_DATA, bundled_afp, environment, pyplot, save_figure, write_json
 
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
 SETS = ("dev_clean", "dev_other")
@@ -135,7 +135,7 @@ def main() -> None:
     from afp.tune import Tuner
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--afp", type=Path, default=REPO_ROOT / "models" / "librispeech")
+    parser.add_argument("--afp", type=Path, default=bundled_afp("librispeech"))
     parser.add_argument("--baseline", type=Path, default=BASELINE,
                         help="full-recurrence model of the same size (mode exact); default: %(default)s, used "
                              "when trained")

@@ -17,8 +17,8 @@ from tests.factories import DEVICES, make_model, random_sentences, tiny_vocab
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
 TOLERANCE = 1e-3  # nats
-#: each bundled model with a validation text of its domain under ../shared/data
-BUNDLED = {"conversational": "switchboard/valid.txt", "librispeech": "books/valid.txt", "ptb": "ptb/ptb.valid.txt",
+#: each bundled neural model (the AFP part of a bundled mixture) with a validation text of its domain
+BUNDLED = {"conversational/afp": "switchboard/valid.txt", "librispeech/afp": "books/valid.txt", "ptb": "ptb/ptb.valid.txt",
            "conversational-text": "conversational-text/valid.txt"}
 
 
