@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lm.arpa import LOG10, UNK
+
 #: tokens counted per chunk before its n-grams are merged into the totals
 CHUNK_TOKENS = 8_000_000
 
@@ -281,7 +283,6 @@ def to_store(model: KneserNeyModel, words: Sequence[str], bos: int, predictable:
     """The model as the :class:`lm.ngram_store.NgramStore` that reading its :func:`write_arpa`
     file gives (word ids in the file's unigram order; float32 natural logs), straight from the
     arrays: seconds where writing and parsing the ARPA text of a large model take minutes."""
-    from lm.ngram import LOG10, UNK
     from lm.ngram_store import NgramStore  # here: lm.ngram_store imports this module's Packer
 
     unigram_ids = _unigram_ids(bos, predictable)
