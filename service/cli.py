@@ -276,7 +276,8 @@ def cmd_ngram(args: argparse.Namespace) -> None:
                **({"store": time.perf_counter() - written} if args.store else {})}
     summary = {"out": args.out, "order": args.order, "vocab_size": vocab.size, "words": prepared.train.words,
                **counts, "discounts": {f"{o.n}-grams": list(o.discounts) for o in model.orders},
-               **({"prune": args.prune, "before_pruning": {f"{n}-grams": c for n, c in enumerate(full_counts, 1)}}
+               **({"prune": args.prune, "before_pruning": {**{f"{n}-grams": c for n, c in enumerate(full_counts, 1)},
+                                                             "1-grams": counts["1-grams"]}}  # never pruned
                   if args.prune is not None else {}),
                "seconds": seconds, **({"store": args.store} if args.store else {}),
                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

@@ -160,6 +160,7 @@ def test_afp_ngram_prune_writes_a_smaller_normalised_model(tmp_path, capsys):
     small = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert small["prune"] == 1e-4 and full.get("prune") is None
     assert small["3-grams"] < full["3-grams"] and small["1-grams"] == full["1-grams"]
+    assert small["before_pruning"] == {k: full[k] for k in ("1-grams", "2-grams", "3-grams")}
     arpa, store = read_arpa_store(tmp_path / "small.arpa"), load_store(tmp_path / "small")
     assert store.counts == arpa.counts == (small["1-grams"], small["2-grams"], small["3-grams"])
     assert main(["ngram", "--text", str(text), "--order", "3", "--prune", "-1", "--out", str(tmp_path / "x.arpa")]) == 2
