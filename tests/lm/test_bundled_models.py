@@ -108,3 +108,21 @@ def test_a_bundled_mixture_reaches_its_recorded_perplexity(mixture_dir: Path):
     score = text_score(scorer_of(open_model(mixture_dir)), sentences).to_json()
     assert score["tokens"] == row["tokens"]
     assert score["ppl"] == pytest.approx(row["mixture"], rel=1e-4)
+
+
+@pytest.mark.parametrize("mixture_dir", MIXTURES, ids=[p.name for p in MIXTURES])
+def test_a_bundled_mixture_rescores_exactly(mixture_dir: Path, tmp_path, capsys):
+    """Every hypothesis's ``lm_logprob`` from ``afp rescore`` is ``afp score``'s of its words with
+    the same bundled mixture: the expansion is of the order its parts need."""
+    from service.cli import main
+    from tests.factories import write_text
+
+    lattice = REPO / "examples" / "lattice.txt"
+    assert main(["rescore", "--model", str(mixture_dir), "--json", "--nbest", "4", "--lm-weight", "1",
+                 str(lattice)]) == 0
+    hyps = [h for line in capsys.readouterr().out.splitlines() for h in json.loads(line)["nbest"]]
+    assert len(hyps) >= 4
+    text = write_text(tmp_path / "hyps.txt", [h["words"] for h in hyps])
+    assert main(["score", "--model", str(mixture_dir), "--json", "--text", str(text)]) == 0
+    scored = [json.loads(line)["logprob"] for line in capsys.readouterr().out.splitlines()]
+    assert [h["lm_logprob"] for h in hyps] == pytest.approx(scored, abs=1e-4)
