@@ -507,7 +507,7 @@ class _NgramConfig:
         return self.order - 1
 
     def describe(self) -> str:
-        return f"ARPA {self.order}-gram ({sum(self.counts):,} n-grams)"
+        return f"back-off {self.order}-gram ({sum(self.counts):,} n-grams)"
 
 
 @dataclass(frozen=True)
