@@ -1,10 +1,11 @@
 """ARPA readers side by side: the dict-based reader (``lm.ngram``) against the compact numpy store
 (``lm.ngram_store``), and KenLM's Python module when it is installed, on one ARPA file.
 
-  afp ngram --text ../shared/data/books/train.txt --words-txt WORDS --order 4 --out runs/books-4gram.arpa.gz
-  python -m bench.ngram_store runs/books-4gram.arpa.gz [--text ../shared/data/books/valid.txt]
+  bash bench/books_large.sh --prepare-only   # the 67.6M-word shards
+  afp ngram --data runs/books-large/data --order 4 --prune 7e-9 --out runs/logs/books-large-7e-9.arpa.gz  # 22.9M
+  python -m bench.ngram_store runs/logs/books-large-7e-9.arpa.gz [--text ../shared/data/books/valid.txt]
 
-Each reader runs in a subprocess of its own (one thread): load time, peak RSS (``ru_maxrss``), and
+Each reader runs in a subprocess of its own (one thread): load time, peak RSS (its own ``VmHWM``), and
 the (history, word) lookups per second of scoring every token of the text (as ``afp ppl`` does:
 sentence pairs, the scorer's batch interface; KenLM: ``full_scores`` per sentence), with the
 total log-probability, which must agree. ``store-dir`` maps the n-gram model directory
@@ -37,7 +38,6 @@ def store_dir(arpa: str) -> Path:
 
 def measure(reader: str, arpa: str, text: str) -> dict:
     import math
-    import resource
     import time
 
     import torch
@@ -75,7 +75,22 @@ def measure(reader: str, arpa: str, text: str) -> dict:
     done = time.perf_counter()
     return {"reader": reader, "load_s": loaded - tick, "score_s": done - loaded, "lookups": lookups,
             "lookups_per_s": lookups / (done - loaded), "logprob": total,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: ``VmHWM`` (of its own address space since its
+    ``exec``). Not ``ru_maxrss``: Linux carries the parent's peak into it across ``fork`` and
+    ``exec``, so every reader would report at least the parent's memory."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> None:
