@@ -178,8 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"reusing {ngram} (pruned at {prune:g})", flush=True)
     else:
         shutil.rmtree(ngram, ignore_errors=True)
-        built = json.loads(afp("ngram", *spec["ngram_input"], "--words-txt", str(words_txt(part)), "--order", "4",
-                               "--prune", f"{prune:g}", "--store", str(ngram)).strip().splitlines()[-1])
+        vocabulary = ["--words-txt", str(words_txt(part))] if spec["ngram_input"][0] == "--text" else []  # --data: its own
+        built = json.loads(afp("ngram", *spec["ngram_input"], *vocabulary, "--order", "4", "--prune", f"{prune:g}",
+                               "--store", str(ngram)).strip().splitlines()[-1])
     em_text = text_part(*spec["em"])
     mixed = json.loads(afp("mix", "--text", str(em_text), "--out", str(target), str(part), str(ngram)))
     table = {}

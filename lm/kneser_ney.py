@@ -166,8 +166,10 @@ def discounts_of(counts: np.ndarray) -> tuple[float, float, float]:
 def _groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start index of each run of equal context (all columns but the last) in sorted ``rows``,
     and each row's group number."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if rows.shape[1] == 1:
-        return np.zeros(1 if rows.shape[0] else 0, dtype=np.int64), np.zeros(rows.shape[0], dtype=np.int64)
+        return np.zeros(1, dtype=np.int64), np.zeros(rows.shape[0], dtype=np.int64)
     context = rows[:, :-1]
     new = np.concatenate([[True], (context[1:] != context[:-1]).any(axis=1)])
     starts = np.flatnonzero(new)
@@ -186,13 +188,20 @@ def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: f
 
 
 def build(chunks: Iterable[tuple[np.ndarray, np.ndarray]], order: int, vocab_size: int, bos: int,
-          predictable: np.ndarray) -> KneserNeyModel:
+          predictable: np.ndarray, words: Sequence[str] | None = None) -> KneserNeyModel:
     """Fit an ``order``-gram model. ``chunks``: :func:`sentence_stream` outputs; ``predictable``:
-    bool ``(vocab_size,)``, the ids that can be predicted (``p_0``'s support)."""
+    bool ``(vocab_size,)``, the ids that can be predicted (``p_0``'s support); ``words`` name
+    them in errors (a text that holds an unpredictable symbol is refused)."""
     if order < 1:
         raise ValueError(f"order must be at least 1, got {order}")
     bits = max(1, int(vocab_size - 1).bit_length())
     raw = count_ngrams(chunks, order, bits, bos)
+    seen = Packer(1, bits).unpack(raw[0][0])[:, 0]
+    blocked = seen[~predictable[seen]]
+    if blocked.size:  # <eps>, #0 ... in the text: the model could not predict them, ARPA cannot list them
+        name = repr(words[int(blocked[0])]) if words is not None else f"id {int(blocked[0])}"
+        raise ValueError(f"the text holds {name}, a symbol the model never predicts (<s>, <eps>, #k or a gap of "
+                         f"the vocabulary; {blocked.size} such symbol(s) in all): remove it from the text")
     adjusted: list[np.ndarray] = [raw[order - 1][1]]
     for n in range(order - 1, 0, -1):  # continuation counts: distinct left extensions
         higher = Packer(n + 1, bits).unpack(raw[n][0])

@@ -13,7 +13,9 @@ Kullback-Leibler divergence::
 
 ``P(h)`` the model's probability of the history as a word string (``p(</s>)`` standing for a
 leading ``<s>``, SRILM's rule). Each n-gram is weighed against the unpruned model of its context
-(SRILM's "independent" decisions); orders are pruned from the highest down, so every lower
+(SRILM's "independent" decisions; so the n-grams of a context that holds every word's
+mass, ``N = Q = 0``, cost nothing and go together at any threshold above 0, as in SRILM);
+orders are pruned from the highest down, so every lower
 order an n-gram's numbers depend on is still whole. An n-gram that is the context or the suffix
 of a kept higher-order n-gram is kept (the back-off structure needs it). Afterwards every
 back-off weight is recomputed from the kept n-grams, lowest order first, so that each context's
@@ -104,6 +106,8 @@ def divergences(model: KneserNeyModel, n: int, bos: int, eos: int) -> np.ndarray
     """float64 ``(K_n,)``: for each n-gram of order ``n >= 2`` (key order), the divergence ``D``
     (nats; the module docstring) of ``model`` without it from ``model``."""
     level = model.orders[n - 1]
+    if level.keys.shape[0] == 0:
+        return np.zeros(0)
     rows = model.packer(n).unpack(level.keys)
     p = level.probs
     p_lower = np.exp(_suffix_logprob(model, rows))
@@ -120,7 +124,23 @@ def divergences(model: KneserNeyModel, n: int, bos: int, eos: int) -> np.ndarray
     return divergence
 
 
-def _renormalise(model: KneserNeyModel, bos: int) -> list[np.ndarray]:
+#: below this, a probability mass is rounding error (SRILM's ``Prob_Epsilon``)
+MASS_EPSILON = 3e-6
+#: the smallest back-off weight written (``10 ** -99``: the ARPA convention for probability zero)
+MIN_BACKOFF = 1e-99
+
+
+def _backoff_weight(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """float64 ``(C,)``: ``numerator / denominator`` (the mass a context leaves to back-off over
+    the mass its n-grams' lower-order probabilities leave), with SRILM's ``computeBOW`` rule for
+    a context whose n-grams hold (nearly) all the mass at both orders: nothing is left to back
+    off, its weight is 1; a numerator rounded below 0 gives :data:`MIN_BACKOFF`."""
+    covered = (denominator < MASS_EPSILON) & (numerator < MASS_EPSILON)
+    value = np.maximum(numerator, 0.0) / np.maximum(np.where(covered, 1.0, denominator), 1e-300)
+    return np.where(covered, 1.0, np.maximum(value, MIN_BACKOFF))
+
+
+def _renormalise(model: KneserNeyModel) -> list[np.ndarray]:
     """Back-off weights that make every context of ``model`` (its n-grams already pruned) sum to
     one, lowest order first: ``bow(h) = (1 - sum p(w|h)) / (1 - sum p(w|h'))`` over ``h``'s kept
     n-grams, NaN for a context with none. Same layout as ``model.gammas``."""
@@ -138,7 +158,7 @@ def _renormalise(model: KneserNeyModel, bos: int) -> list[np.ndarray]:
             starts, _ = _groups(rows)
             numerator = 1.0 - np.add.reduceat(level.probs, starts)
             denominator = 1.0 - np.add.reduceat(np.exp(_suffix_logprob(current, rows)), starts)
-            value = np.maximum(numerator, 0.0) / np.maximum(denominator, 1e-300)
+            value = _backoff_weight(numerator, denominator)
             contexts = rows[starts, :-1]
             if n == 2:
                 new[contexts[:, 0]] = value
@@ -177,5 +197,5 @@ def prune(model: KneserNeyModel, threshold: float, bos: int, eos: int,
         kept_rows = model.packer(n).unpack(orders[n - 1].keys)
     pruned = KneserNeyModel(orders=orders, gammas=model.gammas, num_words=model.num_words, bits=model.bits,
                             unigram_probs=model.unigram_probs)
-    return KneserNeyModel(orders=orders, gammas=_renormalise(pruned, bos), num_words=model.num_words,
+    return KneserNeyModel(orders=orders, gammas=_renormalise(pruned), num_words=model.num_words,
                           bits=model.bits, unigram_probs=model.unigram_probs)

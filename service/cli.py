@@ -236,6 +236,10 @@ def cmd_ngram(args: argparse.Namespace) -> None:
 
     if bool(args.text) == bool(args.data):
         raise CLIError("give --text FILE... or --data DIR (a directory afp prepare wrote)")
+    given = [f"--{n.replace('_', '-')}" for n in ("words_txt", "min_count", "max_vocab") if getattr(args, n) is not None]
+    if args.data and given:
+        raise CLIError(f"{', '.join(given)}: the vocabulary of --data DIR is the one afp prepare built; "
+                       "give these to afp prepare, or use --text")
     if not (args.out or args.store):
         raise CLIError("give --out LM.arpa[.gz], --store DIR or both: where to write the model")
     if args.prune is not None and not args.prune >= 0:
@@ -254,7 +258,7 @@ def cmd_ngram(args: argparse.Namespace) -> None:
         counted = time.perf_counter()
         predictable = np.array(vocab.predictable_mask())
         model = kneser_ney.build(kneser_ney.chunks_of(shards, vocab.bos_id, vocab.eos_id, vocab.unk_id), args.order,
-                                 vocab.size, vocab.bos_id, predictable)
+                                 vocab.size, vocab.bos_id, predictable, vocab.words)
         built = time.perf_counter()
         full_counts = [int(o.keys.shape[0]) for o in model.orders]
         if args.prune is not None:

@@ -167,3 +167,55 @@ def test_afp_ngram_prune_writes_a_smaller_normalised_model(tmp_path, capsys):
     assert main(["ngram", "--text", str(text), "--order", "3"]) == 2
     assert "--prune: the threshold must be a number >= 0" in capsys.readouterr().err
     assert not (tmp_path / "x.arpa").exists()
+
+
+def test_a_context_that_holds_every_word_keeps_a_finite_model(tmp_path, capsys):
+    """With a tiny vocabulary a context can see every word: nothing is left to back off to
+    (numerator and denominator both ~0). Its weight is 1 (SRILM's rule), the ARPA file is
+    written and read, and every context still sums to one."""
+    from service.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("a a\na b\na\na zzz\nb a\nb b a a a b yyy a\nb zzz\n")
+    for threshold in ("0", "1e-9"):
+        out = tmp_path / f"t{threshold}.arpa"
+        assert main(["ngram", "--text", str(text), "--order", "2", "--min-count", "2", "--prune", threshold,
+                     "--out", str(out), "--store", str(tmp_path / f"s{threshold}")]) == 0
+        store = read_arpa_store(out)
+        assert np.isfinite(store.backoffs[0]).all() and np.isfinite(store.logprobs[1]).all()
+        predicted = [w for w in store.words[:store.num_file_words] if w != "<s>"]  # <unk> and </s> included
+        assert len(predicted) == len(set(predicted)) == 5
+        for history in ("a", "b", "<s>"):
+            h = np.array([[store.id(history)]] * len(predicted))
+            total = np.exp(store.score(h, np.ones(len(predicted), dtype=np.int64),
+                                       np.array([store.id(w) for w in predicted]))).sum()
+            assert total == pytest.approx(1.0, abs=1e-5)
+    capsys.readouterr()
+
+
+def test_pruning_a_pruned_model_with_an_empty_order(tmp_path):
+    model, vocab, _ = fitted(3, "random", 200)
+    emptied = prune(model, 1e9, vocab.bos_id, vocab.eos_id)
+    assert emptied.orders[2].keys.shape[0] == 0
+    again = prune(emptied, 1e-5, vocab.bos_id, vocab.eos_id)
+    assert again.orders[2].keys.shape[0] == 0 and again.orders[1].keys.shape[0] <= emptied.orders[1].keys.shape[0]
+
+
+def test_a_text_with_a_symbol_the_model_never_predicts_is_refused(tmp_path, capsys):
+    from service.cli import main
+
+    words = tmp_path / "words.txt"
+    words.write_text("<eps> 0\n<s> 1\n</s> 2\n<unk> 3\na 4\nb 5\n#0 6\n")
+    text = tmp_path / "t.txt"
+    text.write_text("b <eps> a\na b\n")
+    assert main(["ngram", "--text", str(text), "--words-txt", str(words), "--order", "2",
+                 "--store", str(tmp_path / "s")]) == 2
+    assert "'<eps>', a symbol the model never predicts" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_vocabulary_options_with_prepared_data_are_refused(tmp_path, capsys):
+    from service.cli import main
+
+    assert main(["ngram", "--data", str(tmp_path), "--min-count", "2", "--order", "2", "--out", "x.arpa"]) == 2
+    assert "--min-count: the vocabulary of --data DIR is the one afp prepare built" in capsys.readouterr().err
