@@ -4,7 +4,8 @@ a fixed point and ``afp rescore-cuts`` give the same best words and scores (with
 
 The inputs carry what has split the doors before: out-of-vocabulary words, a literal ``<unk>``
 with an unknown-word penalty, an old LM subtracted exactly (``--old-lm``), several LM weights,
-lattice and n-best input, Viterbi and MBR decoding.
+lattice and n-best input, Viterbi and MBR decoding; an AFP model and a mixture directory (the AFP
+model and an n-gram, as the bundled defaults are).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import pytest
 
 from afp.tune import Tuner
 from lattices.formats import read_lattice_file
+from afp.mixtures import open_model, scorer_of, write_mixture
 from lattices.rescore import RescoreOptions
-from lm.checkpoint import load_checkpoint
 from lm.ngram import NgramScorer, read_arpa
-from lm.scorer import LMScorer
 from service.cli import main
 from tests.factories import saved_model
 from tests.lm.test_ngram import HAND
@@ -86,34 +86,38 @@ def setup(tmp_path_factory) -> Path:
     (root / "lattices.txt").write_text(LATTICES)
     (root / "nbest.json").write_text(json.dumps(NBEST))
     (root / "G.arpa").write_text(HAND)
+    write_mixture(root / "mixture", [root / "model", root / "G.arpa"], [0.7, 0.3])
     return root
 
 
-def cli_answer(capsys, root: Path, name: str, extra: list[str]) -> Answer:
+MODELS = ("model", "mixture")  # an AFP model directory; a mixture directory of it and G.arpa
+
+
+def cli_answer(capsys, root: Path, name: str, extra: list[str], model: str = "model") -> Answer:
     path, fmt, flags, _ = CASES[name]
-    argv = ["rescore", "--model", str(root / "model"), "--format", fmt, "--json", "--old-lm", str(root / "G.arpa"),
+    argv = ["rescore", "--model", str(root / model), "--format", fmt, "--json", "--old-lm", str(root / "G.arpa"),
             *[a for w in LM_WEIGHTS for a in ("--lm-weight", str(w))], *flags, *extra, str(root / path)]
     assert main(argv) == 0, capsys.readouterr().err
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     return {(r["key"], r["lm_weight"]): (r["best"]["words"], r["best"]["score"]) for r in rows}
 
 
-def http_answer(root: Path, name: str) -> Answer:
+def http_answer(root: Path, name: str, model: str = "model") -> Answer:
     path, fmt, _, fields = CASES[name]
     text = (root / path).read_text()
     lattice = json.loads(text) if fmt == "nbest-json" else text
-    with client_for(root / "model", old_lm=str(root / "G.arpa")) as client:
+    with client_for(root / model, old_lm=str(root / "G.arpa")) as client:
         r = client.post("/v1/rescore", json={"format": fmt, "lattice": lattice, "lm_weight": list(LM_WEIGHTS),
                                              **fields})
     assert r.status_code == 200, r.text
     return {(x["key"], x["lm_weight"]): (x["best"]["words"], x["best"]["score"]) for x in r.json()["results"]}
 
 
-def tune_answer(root: Path, name: str) -> Answer:
+def tune_answer(root: Path, name: str, model: str = "model") -> Answer:
     path, fmt, _, fields = CASES[name]
     options = RescoreOptions(score_weights=tuple(fields.get("score_weights", {}).items()),
                              mbr_scale=fields.get("mbr_scale", 1.0))
-    scorer = LMScorer(load_checkpoint(root / "model"))
+    scorer = scorer_of(open_model(root / model))
     tuner = Tuner(scorer, options, {k: v.split() for k, v in REFERENCES.items()}, old_lm=NgramScorer(
         read_arpa(root / "G.arpa")), mbr=fields.get("decode") == "mbr")
     tuner.add(read_lattice_file(root / path, fmt))
@@ -126,7 +130,7 @@ def tune_answer(root: Path, name: str) -> Answer:
     return out
 
 
-def cuts_answer(capsys, root: Path, name: str) -> Answer:
+def cuts_answer(capsys, root: Path, name: str, model: str = "model") -> Answer:
     from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet, load_manifest
 
     path, fmt, flags, _ = CASES[name]
@@ -140,7 +144,7 @@ def cuts_answer(capsys, root: Path, name: str) -> Answer:
                             .with_custom("lattice_key", c.recording_id) for c in cuts)
     manifest, out = root / f"cuts-{name}.jsonl.gz", root / f"out-{name}.jsonl.gz"
     cuts.to_file(manifest)
-    argv = ["rescore-cuts", "--model", str(root / "model"), "--old-lm", str(root / "G.arpa"),
+    argv = ["rescore-cuts", "--model", str(root / model), "--old-lm", str(root / "G.arpa"),
             *[a for w in LM_WEIGHTS for a in ("--lm-weight", str(w))], *flags, "--cuts", str(manifest), "--out", str(out)]
     assert main(argv) == 0, capsys.readouterr().err
     capsys.readouterr()
@@ -160,16 +164,21 @@ def assert_same(expected: Answer, got: Answer, door: str) -> None:
         assert got[key][1] == pytest.approx(score, abs=1e-4), (door, key)
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_every_door_gives_the_same_answer(capsys, setup, name):
-    reference = cli_answer(capsys, setup, name, [])
+def test_every_door_gives_the_same_answer(capsys, setup, name, model):
+    reference = cli_answer(capsys, setup, name, [], model)
     assert len(reference) == 2 * len(LM_WEIGHTS)
     words = {w for words, _ in reference.values() for w in words}
     assert words & {"<unk>", "zork", "quux"}, "the inputs' unknown words were never chosen: the test would not see them"
-    assert_same(reference, cli_answer(capsys, setup, name, ["--workers", "2", "--batch-pairs", "7"]), "--workers 2")
-    assert_same(reference, http_answer(setup, name), "POST /v1/rescore")
-    assert_same(reference, tune_answer(setup, name), "afp tune")
-    assert_same(reference, cuts_answer(capsys, setup, name), "afp rescore-cuts")
+    assert_same(reference, cli_answer(capsys, setup, name, ["--workers", "2", "--batch-pairs", "7"], model),
+                "--workers 2")
+    assert_same(reference, http_answer(setup, name, model), "POST /v1/rescore")
+    assert_same(reference, tune_answer(setup, name, model), "afp tune")
+    assert_same(reference, cuts_answer(capsys, setup, name, model), "afp rescore-cuts")
+    if model == "mixture":  # the n-gram part counts: the mixture is not the AFP model's answer
+        plain = cli_answer(capsys, setup, name, [], "model")
+        assert any(abs(plain[k][1] - reference[k][1]) > 1e-3 for k in reference)
 
 
 def test_the_models_own_unknown_word_penalty_is_every_doors_default(tmp_path, capsys):
