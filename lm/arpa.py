@@ -35,10 +35,19 @@ import re
 BOS = "<s>"
 EOS = "</s>"
 UNK = "<unk>"
+#: the unknown-word symbols recognised, in order of preference (Kaldi recipes use ``<UNK>`` or
+#: ``<SPOKEN_NOISE>``; ``lm.vocab``'s symbol tables and the ARPA readers agree on them)
+UNK_SYMBOLS = (UNK, "<UNK>", "[unk]", "<SPOKEN_NOISE>")
 LOG10 = math.log(10.0)
 #: natural-log probability of a word the model cannot predict (``<s>``; an unknown word when the
 #: file has no ``<unk>``): SRILM's -99 in log10.
 LOG_FLOOR = -99.0 * LOG10
+
+def unk_symbol(words) -> str:
+    """The unknown-word symbol of a vocabulary or an ARPA file's unigrams: the first of
+    :data:`UNK_SYMBOLS` among ``words`` (a collection of str), else ``<unk>`` (then absent)."""
+    return next((u for u in UNK_SYMBOLS if u in words), UNK)
+
 
 #: a ``\\data\\`` header line, ``ngram N=COUNT``
 NGRAM_COUNT_LINE = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lm.arpa import LOG10, UNK
+from lm.arpa import LOG10, unk_symbol
 
 #: tokens counted per chunk before its n-grams are merged into the totals
 CHUNK_TOKENS = 8_000_000
@@ -297,8 +297,9 @@ def to_store(model: KneserNeyModel, words: Sequence[str], bos: int, predictable:
     unigram_ids = _unigram_ids(bos, predictable)
     store_words = [words[i] for i in unigram_ids.tolist()]
     num_file_words = len(store_words)
-    if UNK not in store_words:
-        store_words.append(UNK)
+    unk = unk_symbol(store_words)  # as reading the ARPA file decides it
+    if unk not in store_words:
+        store_words.append(unk)
     renumber = np.full(len(words), -1, dtype=np.int64)
     renumber[unigram_ids] = np.arange(unigram_ids.shape[0])
     bits = max(1, (len(store_words) - 1).bit_length())
@@ -318,7 +319,7 @@ def to_store(model: KneserNeyModel, words: Sequence[str], bos: int, predictable:
         logprobs.append(np.log(level.probs[order]).astype(np.float32))
         backoffs.append(np.nan_to_num(np.log(gamma), nan=0.0).astype(np.float32))
     return NgramStore(words=tuple(store_words), order=model.order, keys=keys, logprobs=logprobs,
-                      backoffs=backoffs, num_file_words=num_file_words, source="afp ngram")
+                      backoffs=backoffs, num_file_words=num_file_words, source="afp ngram", unk=unk)
 
 
 def _write_lines(out, logp: np.ndarray, grams: np.ndarray, gamma: np.ndarray, step: int) -> None:

@@ -63,11 +63,12 @@ class NgramModel:
     counts: tuple[int, ...]
     num_file_words: int
     source: str = "ARPA"
+    unk: str = UNK
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {w: i for i, w in enumerate(self.words)})
-        for required in (BOS, EOS, UNK):
+        for required in (BOS, EOS, self.unk):
             assert required in self._index, f"{self.source}: model words lack {required!r}"
 
     @classmethod
@@ -90,7 +91,8 @@ class NgramModel:
             listed = np.flatnonzero(weights)
             backoffs.update(zip(_tuples(grams[listed]), weights[listed].tolist()))
         logprobs.setdefault((), {})
-        return cls(store.words, store.order, logprobs, backoffs, store.counts, store.num_file_words, store.source)
+        return cls(store.words, store.order, logprobs, backoffs, store.counts, store.num_file_words, store.source,
+                   store.unk)
 
     @property
     def bos_id(self) -> int:
@@ -102,7 +104,7 @@ class NgramModel:
 
     @property
     def unk_id(self) -> int:
-        return self._index[UNK]
+        return self._index[self.unk]
 
     @property
     def has_unk(self) -> bool:
@@ -115,7 +117,7 @@ class NgramModel:
 
     def id(self, word: str) -> int:
         """The id of ``word``; unknown words get the ``<unk>`` id."""
-        return self._index.get(word, self._index[UNK])
+        return self._index.get(word, self._index[self.unk])
 
     def logprob(self, history: Sequence[int], word: int) -> float:
         """``ln P(word | history)`` by the recursive back-off definition (the reference; the
@@ -193,7 +195,7 @@ class NgramScorer:
     def known(self, words: Sequence[str]) -> Tensor:
         """bool ``(len(words),)``: unigrams of the file other than ``<unk>`` (an unknown word,
         scored as ``<unk>`` or the floor, and ``<unk>`` itself are not known)."""
-        return torch.tensor([w in self.model and w != UNK for w in words], dtype=torch.bool)
+        return torch.tensor([w in self.model and w != self.model.unk for w in words], dtype=torch.bool)
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         """float64 ``(M,)`` natural-log ``P(targets[j] | context row target_context[j])`` (see

@@ -31,7 +31,7 @@ import torch
 from numpy.typing import DTypeLike
 from torch import Tensor
 
-from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, NGRAM_COUNT_LINE, UNK, ArpaFormatError
+from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, NGRAM_COUNT_LINE, UNK, ArpaFormatError, unk_symbol
 from lm.kneser_ney import Packer
 
 
@@ -41,7 +41,8 @@ class NgramStore:
 
     Attributes:
       words: ``tuple[str, ...]``; ``words[i]`` is the word with id ``i``: the unigrams in file
-        order, then ``<s>`` if the file lacks it and ``<unk>`` if the file lacks it.
+        order, then ``<s>`` if the file lacks it and ``<unk>`` if the file has no unknown-word
+        symbol (:data:`lm.arpa.UNK_SYMBOLS`: ``<unk>``, ``<UNK>``, ``[unk]``, ``<SPOKEN_NOISE>``).
       order: the highest n-gram order N.
       keys: ``keys[n - 1]`` order ``n``'s packed word-id rows, sorted ``(count_n,)``
         (:meth:`grams` unpacks them).
@@ -50,6 +51,7 @@ class NgramStore:
       backoffs: the same for back-off weights (0 where the file gives none).
       num_file_words: how many of ``words`` are unigrams of the file (the rest were added).
       source: where it was read from, for messages.
+      unk: the unknown-word symbol: every word not among ``words`` is scored as it.
     """
 
     words: tuple[str, ...]
@@ -59,6 +61,7 @@ class NgramStore:
     backoffs: list[np.ndarray]
     num_file_words: int
     source: str = "ARPA"
+    unk: str = UNK
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {w: i for i, w in enumerate(self.words)})
@@ -74,7 +77,7 @@ class NgramStore:
 
     @property
     def unk_id(self) -> int:
-        return self._index[UNK]  # type: ignore[attr-defined]
+        return self._index[self.unk]  # type: ignore[attr-defined]
 
     @property
     def has_unk(self) -> bool:
@@ -92,8 +95,8 @@ class NgramStore:
         return Packer(n, self.bits).unpack(self.keys[n - 1])  # type: ignore[attr-defined]
 
     def is_known(self, word: str) -> bool:
-        """A unigram of the file other than ``<unk>`` (the definition of a known word)."""
-        return self._index.get(word, self.num_file_words) < self.num_file_words and word != UNK  # type: ignore[attr-defined]
+        """A unigram of the file other than its unknown-word symbol (the definition of a known word)."""
+        return self._index.get(word, self.num_file_words) < self.num_file_words and word != self.unk  # type: ignore[attr-defined]
 
     def nbytes(self) -> int:
         return sum(a.nbytes for group in (self.keys, self.logprobs, self.backoffs) for a in group)
@@ -262,7 +265,7 @@ def _read(lines: Iterator[str], source: str, dtype: DTypeLike) -> NgramStore:
         section, line_error = _read_section(reader, n, n == order, index.__getitem__)
         if n == 1:
             index = dict(index)  # complete: an unknown word of a higher order is an error
-        bits = max(1, (len(index) + (BOS not in index) + (UNK not in index) - 1).bit_length())
+        bits = max(1, (len(index) + (BOS not in index) + (unk_symbol(index) not in index) - 1).bit_length())
         packed, sort = _sorted_checked(section, n, bits, index, reader)
         if line_error is not None:
             raise line_error
@@ -282,9 +285,10 @@ def _read(lines: Iterator[str], source: str, dtype: DTypeLike) -> NgramStore:
         raise ArpaFormatError(f"{source}: {EOS} is not among the unigrams")
     words = list(index)
     num_file_words = len(words)
-    words += [w for w in (BOS, UNK) if w not in index]
+    unk = unk_symbol(index)
+    words += [w for w in (BOS, unk) if w not in index]
     return NgramStore(words=tuple(words), order=order, keys=keys, logprobs=logprobs, backoffs=backoffs,
-                      num_file_words=num_file_words, source=source)
+                      num_file_words=num_file_words, source=source, unk=unk)
 
 
 def _read_header(reader: _Lines) -> tuple[list[int], str | None]:
@@ -462,7 +466,7 @@ def save_store(store: NgramStore, directory: str | os.PathLike[str]) -> Path:
         np.save(directory / f"logprobs-{n}.npy", store.logprobs[n - 1])
         np.save(directory / f"backoffs-{n}.npy", store.backoffs[n - 1])
     meta = {"format": STORE_FORMAT, "order": store.order, "counts": list(store.counts), "words": list(store.words),
-            "num_file_words": store.num_file_words, "source": store.source}
+            "num_file_words": store.num_file_words, "source": store.source, "unk": store.unk}
     (directory / STORE_FILE).write_text(json.dumps(meta) + "\n", encoding="utf-8")  # last: a complete directory
     return directory
 
@@ -484,7 +488,8 @@ def _open_store(directory: Path) -> NgramStore:
                       keys=[load(f"keys-{n}.npy") for n in range(1, order + 1)],
                       logprobs=[load(f"logprobs-{n}.npy") for n in range(1, order + 1)],
                       backoffs=[load(f"backoffs-{n}.npy") for n in range(1, order + 1)],
-                      num_file_words=int(meta["num_file_words"]), source=str(directory))
+                      num_file_words=int(meta["num_file_words"]), source=str(directory),
+                      unk=str(meta.get("unk", UNK)))
 
 
 def is_arpa_path(path: str | os.PathLike[str]) -> bool:
@@ -531,7 +536,7 @@ class LoadedNgram:
 
     @property
     def vocab(self) -> _NgramVocab:
-        return _NgramVocab()
+        return _NgramVocab(unk=self.store.unk)
 
     @property
     def device(self) -> torch.device:

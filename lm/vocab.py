@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lm.arpa import unk_symbol
+
 BOS = "<s>"
 EOS = "</s>"
 UNK = "<unk>"
@@ -113,9 +115,8 @@ class Vocabulary:
             if special not in present:
                 words.append(special)
         if unk is None:
-            unk = next((u for u in (UNK, "<UNK>", "[unk]", "<SPOKEN_NOISE>") if u in present), None)
-            if unk is None:
-                unk = UNK
+            unk = unk_symbol(present)
+            if unk not in present:
                 words.append(UNK)
         elif unk not in present:
             raise VocabularyError(f"{path}: unknown-word symbol {unk!r} is not in the table")

@@ -12,7 +12,7 @@ import pytest
 
 from bench.kneser_ney import write_arpa
 from lm.ngram import LOG10, ArpaFormatError, NgramScorer, read_arpa
-from lm.ngram_store import StoreScorer, parse_arpa_store, read_arpa_store
+from lm.ngram_store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
 from lm.scorer import sentence_pairs
 from tests.lm.test_ngram import HAND, HAND_LINES, MALFORMED, _kn, _line, _replace
 
@@ -247,3 +247,44 @@ def test_text_bytes_lines_and_files_read_the_same_store(tmp_path):
     assert stores[0].logprobs[0].dtype == np.float32
     with pytest.raises(ArpaFormatError, match=r"^lines:18: word 'zebra' is not among the unigrams"):
         parse_arpa_store(_replace("-0.4\ta b\t-0.25", "-0.4\ta zebra\t-0.25").split("\n"), source="lines")
+
+
+KALDI_UNK = """\\data\\
+ngram 1=5
+ngram 2=2
+
+\\1-grams:
+-1.0\t<s>\t-0.3
+-0.5\tHELLO\t-0.2
+-0.8\tWORLD
+-0.9\t</s>
+-1.5\t<UNK>
+
+\\2-grams:
+-0.2\t<s> HELLO
+-0.1\tHELLO WORLD
+
+\\end\\
+"""
+
+
+def test_a_kaldi_style_unk_symbol_scores_the_unknown_words(tmp_path):
+    """An ARPA file whose unknown word is ``<UNK>`` (Kaldi recipes; ``<SPOKEN_NOISE>``,
+    ``[unk]`` too) scores every unknown word as it, in the store, its model directory, the dict
+    view and the array-built store alike; it is not a known word."""
+    from lm.ngram import read_arpa
+    from lm.ngram_store import LoadedNgram, save_store
+
+    path = tmp_path / "kaldi.arpa"
+    path.write_text(KALDI_UNK)
+    store = read_arpa_store(path)
+    assert store.unk == "<UNK>" and store.has_unk and "<unk>" not in store.words
+    assert store.id("ZEBRA") == store.id("<UNK>") and not store.is_known("<UNK>") and store.is_known("HELLO")
+    h = np.array([[store.id("HELLO")]])
+    expected = (-1.5 - 0.2) * LOG10  # back-off of HELLO, then <UNK>'s unigram
+    assert store.score(h, np.ones(1, dtype=np.int64), np.array([store.id("ZEBRA")]))[0] == pytest.approx(expected)
+    mapped = load_store(save_store(store, tmp_path / "dir"))
+    assert mapped.unk == "<UNK>" and mapped.id("ZEBRA") == store.id("<UNK>")
+    model = read_arpa(path)
+    assert model.unk == "<UNK>" and model.logprob([model.id("HELLO")], model.id("ZEBRA")) == pytest.approx(expected)
+    assert LoadedNgram(store=store, path=path).vocab.unk == "<UNK>"
