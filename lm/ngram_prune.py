@@ -30,8 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from lm.kneser_ney import KneserNeyModel, Order, Packer, _groups
+from lm.ngram_store import NgramStore
 
-__all__ = ["prune", "all_divergences", "divergences", "backoff_logprob", "history_logprob"]
+__all__ = ["prune", "model_of_store", "all_divergences", "divergences", "backoff_logprob", "history_logprob"]
 
 
 def _find(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -173,6 +174,35 @@ def all_divergences(model: KneserNeyModel, bos: int, eos: int) -> dict[int, np.n
     """:func:`divergences` of every order ``n >= 2``, by ``n``: they depend on the unpruned model
     only, so one computation serves any number of thresholds (:func:`prune`'s ``divergence``)."""
     return {n: divergences(model, n, bos, eos) for n in range(2, model.order + 1)}
+
+
+def model_of_store(store: NgramStore) -> tuple[KneserNeyModel, np.ndarray]:
+    """Any back-off n-gram read from an ARPA file (``read_arpa_store(..., dtype=np.float64)`` for
+    its exact numbers) as the arrays :func:`prune` works on, in the store's word ids, and the
+    predictable mask bool ``(len(store.words),)`` (the file's words but ``<s>``): what
+    ``afp ngram --arpa LM.arpa --prune T`` prunes. A back-off weight of exactly 1 is none."""
+    size = len(store.words)
+    predictable = np.arange(size) < store.num_file_words
+    predictable[store.bos_id] = False
+    unigram = np.zeros(size)
+    unigram[store.grams(1)[:, 0]] = np.exp(np.asarray(store.logprobs[0], dtype=np.float64))
+    unigram[~predictable] = 0.0
+
+    def gamma_of(n: int) -> np.ndarray:
+        weights = np.asarray(store.backoffs[n - 1], dtype=np.float64)
+        return np.where(weights == 0.0, np.nan, np.exp(weights))
+
+    gammas = []
+    if store.order > 1:
+        first = np.full(size, np.nan)
+        first[store.grams(1)[:, 0]] = gamma_of(1)
+        gammas = [first, *(gamma_of(n) for n in range(2, store.order))]
+    orders = [Order(n=n, keys=np.asarray(store.keys[n - 1]), counts=np.zeros(store.counts[n - 1], dtype=np.int64),
+                    discounts=(0.0, 0.0, 0.0), probs=np.exp(np.asarray(store.logprobs[n - 1], dtype=np.float64)))
+              for n in range(1, store.order + 1)]
+    model = KneserNeyModel(orders=orders, gammas=gammas, num_words=int(predictable.sum()),
+                           bits=store.bits, unigram_probs=unigram)  # type: ignore[attr-defined]
+    return model, predictable
 
 
 def prune(model: KneserNeyModel, threshold: float, bos: int, eos: int,

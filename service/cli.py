@@ -234,16 +234,20 @@ def cmd_ngram(args: argparse.Namespace) -> None:
     from lm.config import PrepareConfig
     from lm.shards import open_prepared, prepare
 
-    if bool(args.text) == bool(args.data):
-        raise CLIError("give --text FILE... or --data DIR (a directory afp prepare wrote)")
+    if sum(bool(x) for x in (args.text, args.data, args.arpa)) != 1:
+        raise CLIError("give one of --text FILE..., --data DIR (a directory afp prepare wrote) or --arpa LM.arpa")
     given = [f"--{n.replace('_', '-')}" for n in ("words_txt", "min_count", "max_vocab") if getattr(args, n) is not None]
-    if args.data and given:
-        raise CLIError(f"{', '.join(given)}: the vocabulary of --data DIR is the one afp prepare built; "
+    if (args.data or args.arpa) and given:
+        raise CLIError(f"{', '.join(given)}: the vocabulary of --data DIR or --arpa FILE is its own; "
                        "give these to afp prepare, or use --text")
     if not (args.out or args.store):
         raise CLIError("give --out LM.arpa[.gz], --store DIR or both: where to write the model")
     if args.prune is not None and not args.prune >= 0:
         raise CLIError(f"--prune: the threshold must be a number >= 0, got {args.prune}")
+    if args.order is None and not args.arpa:
+        raise CLIError("--order N: the n of the model to build")
+    if args.arpa:
+        return _ngram_from_arpa(args)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="afp-ngram-") as tmp:
         data = args.data
@@ -286,6 +290,47 @@ def cmd_ngram(args: argparse.Namespace) -> None:
                "seconds": seconds, **({"store": args.store} if args.store else {}),
                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     print(json.dumps(summary))
+
+
+def _ngram_from_arpa(args: argparse.Namespace) -> None:
+    """``afp ngram --arpa LM.arpa [--prune T] (--out | --store)``: an existing back-off model,
+    pruned (SRILM's ``ngram -lm LM -prune T -write-lm``) and/or written as a model directory."""
+    import resource
+    import time
+
+    import numpy as np
+
+    from lm import kneser_ney
+    from lm.ngram_prune import model_of_store, prune
+    from lm.ngram_store import read_arpa_store, save_store
+
+    started = time.perf_counter()
+    store = read_arpa_store(args.arpa, dtype=np.float64)
+    if args.order is not None and args.order != store.order:
+        raise CLIError(f"--order {args.order}: {args.arpa} is a {store.order}-gram model")
+    read = time.perf_counter()
+    before = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
+    seconds = {"read": read - started}
+    if args.prune is not None:
+        model, predictable = model_of_store(store)
+        model = prune(model, args.prune, store.bos_id, store.eos_id)
+        seconds["prune"] = time.perf_counter() - read
+        if args.out:
+            tick = time.perf_counter()
+            kneser_ney.write_arpa(model, store.words, store.bos_id, predictable, args.out)
+            seconds["write"] = time.perf_counter() - tick
+        store = kneser_ney.to_store(model, store.words, store.bos_id, predictable)
+    elif args.out:
+        raise CLIError("--arpa without --prune: give --store DIR (the file as a model directory)")
+    if args.store:
+        tick = time.perf_counter()
+        save_store(store, args.store)
+        seconds["store"] = time.perf_counter() - tick
+    print(json.dumps({"arpa": args.arpa, "out": args.out, "order": store.order,
+                      **{f"{n}-grams": c for n, c in enumerate(store.counts, 1)},
+                      **({"prune": args.prune, "before_pruning": before} if args.prune is not None else {}),
+                      "seconds": seconds, **({"store": args.store} if args.store else {}),
+                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
@@ -964,10 +1009,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Count a corpus and write an interpolated modified Kneser-Ney back-off ARPA model "
                                    "(Chen & Goodman; SRILM -kndiscount -interpolate, KenLM lmplz), the numbers of "
                                    "bench/kneser_ney.py, with numpy: sorted packed n-gram keys, counted in chunks "
-                                   "(lm/kneser_ney.py). The vocabulary as afp prepare builds it.")
+                                   "(lm/kneser_ney.py). The vocabulary as afp prepare builds it. With --arpa, an "
+                                   "existing back-off model instead, pruned (--prune) or stored (--store).")
     p.add_argument("--text", nargs="+", metavar="FILE", help="training texts (one sentence per line; .gz read too)")
     p.add_argument("--data", metavar="DIR", help="instead of --text: a directory afp prepare wrote (its train split)")
-    p.add_argument("--order", type=int, required=True, help="n of the model")
+    p.add_argument("--arpa", metavar="LM.arpa[.gz]", help="instead of a text: an existing back-off ARPA model (any "
+                                                           "estimator), to prune (--prune) or to store (--store)")
+    p.add_argument("--order", type=int, help="n of the model (required with --text and --data)")
     p.add_argument("--out", metavar="LM.arpa[.gz]", help="the ARPA file to write (gzip for .gz)")
     p.add_argument("--store", metavar="DIR", help="(also) write the model as an n-gram model directory: numpy arrays "
                                                   "that --model DIR maps in a second, written in seconds from the "

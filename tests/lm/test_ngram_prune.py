@@ -218,4 +218,38 @@ def test_vocabulary_options_with_prepared_data_are_refused(tmp_path, capsys):
     from service.cli import main
 
     assert main(["ngram", "--data", str(tmp_path), "--min-count", "2", "--order", "2", "--out", "x.arpa"]) == 2
-    assert "--min-count: the vocabulary of --data DIR is the one afp prepare built" in capsys.readouterr().err
+    assert "--min-count: the vocabulary of --data DIR or --arpa FILE is its own" in capsys.readouterr().err
+
+
+def test_an_existing_arpa_file_prunes_as_the_model_it_was_written_from(tmp_path, capsys):
+    """``afp ngram --arpa LM --prune T`` (SRILM's ``ngram -lm LM -prune T``) on the ARPA file of
+    a built model keeps the same n-grams, with the same numbers, as pruning the built model;
+    ``--arpa LM --store DIR`` alone stores the file as it is."""
+    from service.cli import main
+
+    text = tmp_path / "train.txt"
+    text.write_text("".join(" ".join(s) + "\n" for s in random_sentences(400, seed=5)))
+    assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(tmp_path / "full.arpa")]) == 0
+    assert main(["ngram", "--text", str(text), "--order", "3", "--prune", "1e-5", "--store",
+                 str(tmp_path / "built")]) == 0
+    assert main(["ngram", "--arpa", str(tmp_path / "full.arpa"), "--prune", "1e-5", "--store", str(tmp_path / "read"),
+                 "--out", str(tmp_path / "read.arpa")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["3-grams"] < lines[-1]["before_pruning"]["3-grams"] == lines[0]["3-grams"]
+    built, read = load_store(tmp_path / "built"), load_store(tmp_path / "read")
+    assert built.words == read.words and built.counts == read.counts
+    for n in range(3):
+        assert np.array_equal(built.keys[n], read.keys[n])
+        assert np.allclose(built.logprobs[n], read.logprobs[n], rtol=1e-6, atol=1e-6)
+        assert np.allclose(built.backoffs[n], read.backoffs[n], rtol=1e-6, atol=1e-5)
+    assert read_arpa_store(tmp_path / "read.arpa").counts == read.counts
+    assert main(["ngram", "--arpa", str(tmp_path / "full.arpa"), "--store", str(tmp_path / "as-is")]) == 0
+    original = read_arpa_store(tmp_path / "full.arpa")
+    stored = load_store(tmp_path / "as-is")
+    assert stored.counts == original.counts and all(np.array_equal(a, b) for a, b in zip(stored.keys, original.keys))
+    capsys.readouterr()
+    assert main(["ngram", "--arpa", str(tmp_path / "full.arpa"), "--out", str(tmp_path / "x.arpa")]) == 2
+    assert "--arpa without --prune" in capsys.readouterr().err
+    assert main(["ngram", "--arpa", str(tmp_path / "full.arpa"), "--order", "4", "--prune", "1e-5",
+                 "--store", str(tmp_path / "y")]) == 2
+    assert "is a 3-gram model" in capsys.readouterr().err
