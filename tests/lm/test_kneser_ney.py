@@ -106,4 +106,4 @@ def test_afp_ngram_builds_from_text_or_prepared_data(tmp_path, capsys):
     for name in ("a.arpa.gz", "b.arpa"):
         same_arpa(read_arpa(tmp_path / name), read_arpa(tmp_path / "reference.arpa"))
     assert main(["ngram", "--order", "3", "--out", str(tmp_path / "c.arpa")]) == 2
-    assert "give --text FILE... or --data DIR" in capsys.readouterr().err
+    assert "give one of --text FILE..., --data DIR" in capsys.readouterr().err
