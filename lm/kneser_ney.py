@@ -176,13 +176,19 @@ def _groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.cumsum(new) - 1
 
 
+def find_keys(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions int64 ``(M,)`` of ``wanted`` ``(M,)`` in sorted ``keys`` ``(K,)``, and bool
+    ``(M,)`` whether each is there (positions of absent ones are meaningless)."""
+    if keys.shape[0] == 0:
+        return np.zeros(wanted.shape[0], dtype=np.int64), np.zeros(wanted.shape[0], dtype=bool)
+    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
+    return at, keys[at] == wanted
+
+
 def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: float) -> np.ndarray:
     """``values`` of each of ``wanted`` in sorted ``keys`` (``missing`` where absent)."""
     out = np.full(wanted.shape[0], missing, dtype=np.result_type(values.dtype, np.asarray(missing).dtype))
-    if keys.shape[0] == 0:
-        return out
-    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
-    found = keys[at] == wanted
+    at, found = find_keys(keys, wanted)
     out[found] = values[at[found]]
     return out
 

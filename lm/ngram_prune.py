@@ -29,18 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from lm.kneser_ney import KneserNeyModel, Order, Packer, _groups
+from lm.kneser_ney import KneserNeyModel, Order, Packer, _groups, find_keys
 from lm.ngram_store import NgramStore
 
 __all__ = ["prune", "model_of_store", "all_divergences", "divergences", "backoff_logprob", "history_logprob"]
-
-
-def _find(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of ``wanted`` in sorted ``keys`` and whether each is there."""
-    if keys.shape[0] == 0:
-        return np.zeros(wanted.shape[0], dtype=np.int64), np.zeros(wanted.shape[0], dtype=bool)
-    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
-    return at, keys[at] == wanted
 
 
 def _gamma(model: KneserNeyModel, contexts: np.ndarray) -> np.ndarray:
@@ -50,7 +42,7 @@ def _gamma(model: KneserNeyModel, contexts: np.ndarray) -> np.ndarray:
     if k == 1:
         gamma = model.gammas[0][contexts[:, 0]]
     else:
-        at, found = _find(model.orders[k - 1].keys, model.packer(k).pack(contexts))
+        at, found = find_keys(model.orders[k - 1].keys, model.packer(k).pack(contexts))
         gamma = np.where(found, model.gammas[k - 1][at], np.nan)
     return np.where(np.isnan(gamma), 1.0, gamma)
 
@@ -66,7 +58,7 @@ def backoff_logprob(model: KneserNeyModel, rows: np.ndarray) -> np.ndarray:
         if todo.size == 0:
             break
         grams = rows[todo, width - n:]
-        at, found = _find(model.orders[n - 1].keys, model.packer(n).pack(grams))
+        at, found = find_keys(model.orders[n - 1].keys, model.packer(n).pack(grams))
         out[todo[found]] += np.log(model.orders[n - 1].probs[at[found]])
         done[todo[found]] = True
         missed = todo[~found]
@@ -87,18 +79,12 @@ def history_logprob(model: KneserNeyModel, histories: np.ndarray, bos: int, eos:
     return out
 
 
-def _suffix_logprob(model: KneserNeyModel, rows: np.ndarray) -> np.ndarray:
-    """float64 ``(M,)``: ``ln p(w | h')`` for n-gram rows ``(M, n)`` (``h'``: ``h`` less its first word)."""
-    return backoff_logprob(model, rows[:, 1:]) if rows.shape[1] > 2 else \
-        np.log(model.unigram_probs[rows[:, -1]])
-
-
 def _linked(keys: np.ndarray, higher: np.ndarray, packer: Packer) -> np.ndarray:
     """bool ``(K,)``: which of order ``n``'s sorted ``keys`` are the context or the suffix of one
     of the higher order's rows int64 ``(M, n + 1)``."""
     out = np.zeros(keys.shape[0], dtype=bool)
     for part in (higher[:, :-1], higher[:, 1:]):
-        at, found = _find(keys, packer.pack(part))
+        at, found = find_keys(keys, packer.pack(part))
         out[at[found]] = True
     return out
 
@@ -111,7 +97,7 @@ def divergences(model: KneserNeyModel, n: int, bos: int, eos: int) -> np.ndarray
         return np.zeros(0)
     rows = model.packer(n).unpack(level.keys)
     p = level.probs
-    p_lower = np.exp(_suffix_logprob(model, rows))
+    p_lower = np.exp(backoff_logprob(model, rows[:, 1:]))  # p(w | h'), h' = h less its first word
     starts, group = _groups(rows)
     contexts = rows[starts, :-1]
     numerator = 1.0 - np.add.reduceat(p, starts)
@@ -145,7 +131,7 @@ def _renormalise(model: KneserNeyModel) -> list[np.ndarray]:
     """Back-off weights that make every context of ``model`` (its n-grams already pruned) sum to
     one, lowest order first: ``bow(h) = (1 - sum p(w|h)) / (1 - sum p(w|h'))`` over ``h``'s kept
     n-grams, NaN for a context with none. Same layout as ``model.gammas``."""
-    gammas = [g.copy() for g in model.gammas]
+    gammas = list(model.gammas)  # each entry is replaced, never written into
     for n in range(2, model.order + 1):
         current = KneserNeyModel(orders=model.orders, gammas=gammas, num_words=model.num_words, bits=model.bits,
                                  unigram_probs=model.unigram_probs)
@@ -158,13 +144,13 @@ def _renormalise(model: KneserNeyModel) -> list[np.ndarray]:
         if rows.shape[0]:
             starts, _ = _groups(rows)
             numerator = 1.0 - np.add.reduceat(level.probs, starts)
-            denominator = 1.0 - np.add.reduceat(np.exp(_suffix_logprob(current, rows)), starts)
+            denominator = 1.0 - np.add.reduceat(np.exp(backoff_logprob(current, rows[:, 1:])), starts)
             value = _backoff_weight(numerator, denominator)
             contexts = rows[starts, :-1]
             if n == 2:
                 new[contexts[:, 0]] = value
             else:
-                at, found = _find(model.orders[n - 2].keys, model.packer(n - 1).pack(contexts))
+                at, found = find_keys(model.orders[n - 2].keys, model.packer(n - 1).pack(contexts))
                 new[at[found]] = value[found]
         gammas[n - 2] = new
     return gammas

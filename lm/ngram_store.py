@@ -32,7 +32,7 @@ from numpy.typing import DTypeLike
 from torch import Tensor
 
 from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, NGRAM_COUNT_LINE, UNK, ArpaFormatError, unk_symbol
-from lm.kneser_ney import Packer
+from lm.kneser_ney import Packer, find_keys
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,23 +117,15 @@ class NgramStore:
                 continue
             gram = np.concatenate([histories[rows, width - need:] if need else np.zeros((rows.size, 0), np.int64),
                                    words[rows, None]], axis=1)
-            at, found = _find(self.keys[n - 1], Packer(n, self.bits).pack(gram))
+            at, found = find_keys(self.keys[n - 1], Packer(n, self.bits).pack(gram))
             out[rows[found]] += self.logprobs[n - 1][at[found]]
             active[rows[found]] = False
             missed = rows[~found]
             if need and missed.size:  # back off: add the context's weight (0 when it has none)
-                ctx_at, ctx_found = _find(self.keys[need - 1], Packer(need, self.bits).pack(gram[~found, :-1]))
+                ctx_at, ctx_found = find_keys(self.keys[need - 1], Packer(need, self.bits).pack(gram[~found, :-1]))
                 out[missed[ctx_found]] += self.backoffs[need - 1][ctx_at[ctx_found]]
         out[active] += LOG_FLOOR  # a word with no unigram at all (cannot happen for file words)
         return out
-
-
-def _find(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of ``wanted`` in sorted ``keys`` and whether each is there."""
-    if keys.shape[0] == 0:
-        return np.zeros(wanted.shape[0], dtype=np.int64), np.zeros(wanted.shape[0], dtype=bool)
-    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
-    return at, keys[at] == wanted
 
 
 GZIP_MAGIC = b"\x1f\x8b"
