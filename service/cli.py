@@ -264,24 +264,9 @@ def cmd_ngram(args: argparse.Namespace) -> None:
         model = kneser_ney.build(kneser_ney.chunks_of(shards, vocab.bos_id, vocab.eos_id, vocab.unk_id), args.order,
                                  vocab.size, vocab.bos_id, predictable, vocab.words)
         built = time.perf_counter()
+        seconds = {"prepare": counted - started, "build": built - counted}
         full_counts = [int(o.keys.shape[0]) for o in model.orders]
-        if args.prune is not None:
-            from lm.ngram_prune import prune
-
-            model = prune(model, args.prune, vocab.bos_id, vocab.eos_id)
-        pruned = time.perf_counter()
-        counts = kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, args.out) if args.out else {}
-    written = time.perf_counter()
-    if args.store:  # the same model as mapped arrays: --model DIR loads it without parsing
-        from lm.ngram_store import save_store
-
-        store = kneser_ney.to_store(model, vocab.words, vocab.bos_id, predictable)
-        save_store(store, args.store)
-        counts = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
-    seconds = {"prepare": counted - started, "build": built - counted,
-               **({"prune": pruned - built} if args.prune is not None else {}),
-               **({"write": written - pruned} if args.out else {}),
-               **({"store": time.perf_counter() - written} if args.store else {})}
+        counts, model = _prune_and_write(model, vocab.words, vocab.bos_id, vocab.eos_id, predictable, args, seconds)
     summary = {"out": args.out, "order": args.order, "vocab_size": vocab.size, "words": prepared.train.words,
                **counts, "discounts": {f"{o.n}-grams": list(o.discounts) for o in model.orders},
                **({"prune": args.prune, "before_pruning": {**{f"{n}-grams": c for n, c in enumerate(full_counts, 1)},
@@ -292,6 +277,38 @@ def cmd_ngram(args: argparse.Namespace) -> None:
     print(json.dumps(summary))
 
 
+def _prune_and_write(model, words: Sequence[str], bos: int, eos: int, predictable, args: argparse.Namespace,
+                     seconds: dict[str, float]) -> tuple[dict[str, int], Any]:
+    """The output stage of ``afp ngram``: ``model`` (a :class:`lm.kneser_ney.KneserNeyModel`)
+    pruned at ``--prune`` when given, written to ``--out`` (ARPA) and/or ``--store`` (a model
+    directory, straight from the arrays). Adds each step's seconds to ``seconds``; returns the
+    n-gram counts written and the (pruned) model."""
+    import time
+
+    from lm import kneser_ney
+
+    tick = time.perf_counter()
+    if args.prune is not None:
+        from lm.ngram_prune import prune
+
+        model = prune(model, args.prune, bos, eos)
+        seconds["prune"] = time.perf_counter() - tick
+    counts: dict[str, int] = {}
+    if args.out:
+        tick = time.perf_counter()
+        counts = kneser_ney.write_arpa(model, words, bos, predictable, args.out)
+        seconds["write"] = time.perf_counter() - tick
+    if args.store:  # the same model as mapped arrays: --model DIR loads it without parsing
+        from lm.ngram_store import save_store
+
+        tick = time.perf_counter()
+        store = kneser_ney.to_store(model, words, bos, predictable)
+        save_store(store, args.store)
+        counts = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
+        seconds["store"] = time.perf_counter() - tick
+    return counts, model
+
+
 def _ngram_from_arpa(args: argparse.Namespace) -> None:
     """``afp ngram --arpa LM.arpa [--prune T] (--out | --store)``: an existing back-off model,
     pruned (SRILM's ``ngram -lm LM -prune T -write-lm``) and/or written as a model directory."""
@@ -300,34 +317,26 @@ def _ngram_from_arpa(args: argparse.Namespace) -> None:
 
     import numpy as np
 
-    from lm import kneser_ney
-    from lm.ngram_prune import model_of_store, prune
+    from lm.ngram_prune import model_of_store
     from lm.ngram_store import read_arpa_store, save_store
 
+    if args.prune is None and args.out:
+        raise CLIError("--arpa without --prune: give --store DIR (the file as a model directory)")
     started = time.perf_counter()
     store = read_arpa_store(args.arpa, dtype=np.float64)
     if args.order is not None and args.order != store.order:
         raise CLIError(f"--order {args.order}: {args.arpa} is a {store.order}-gram model")
-    read = time.perf_counter()
     before = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
-    seconds = {"read": read - started}
+    seconds = {"read": time.perf_counter() - started}
     if args.prune is not None:
         model, predictable = model_of_store(store)
-        model = prune(model, args.prune, store.bos_id, store.eos_id)
-        seconds["prune"] = time.perf_counter() - read
-        if args.out:
-            tick = time.perf_counter()
-            kneser_ney.write_arpa(model, store.words, store.bos_id, predictable, args.out)
-            seconds["write"] = time.perf_counter() - tick
-        store = kneser_ney.to_store(model, store.words, store.bos_id, predictable)
-    elif args.out:
-        raise CLIError("--arpa without --prune: give --store DIR (the file as a model directory)")
-    if args.store:
+        counts, _ = _prune_and_write(model, store.words, store.bos_id, store.eos_id, predictable, args, seconds)
+    else:  # the file as it is, as a model directory
         tick = time.perf_counter()
         save_store(store, args.store)
+        counts = before
         seconds["store"] = time.perf_counter() - tick
-    print(json.dumps({"arpa": args.arpa, "out": args.out, "order": store.order,
-                      **{f"{n}-grams": c for n, c in enumerate(store.counts, 1)},
+    print(json.dumps({"arpa": args.arpa, "out": args.out, "order": len(before), **counts,
                       **({"prune": args.prune, "before_pruning": before} if args.prune is not None else {}),
                       "seconds": seconds, **({"store": args.store} if args.store else {}),
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
