@@ -27,11 +27,11 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+from bench.common import (BOOKS_EM_LINES, BOOKS_PORTRAIT_LINES, REPO_ROOT, RESULTS, SHARED_DATA, afp, afp_ppl, environment,
+                          line_range, write_json)
 
 MODELS = REPO_ROOT / "models"
 RUNS = REPO_ROOT / "runs" / "bundle_mixtures"
@@ -55,9 +55,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "librispeech": {
         "ngram_input": ["--data", str(REPO_ROOT / "runs" / "books-large" / "data")],
         "prune": 1e-7,
-        "em": ("books/valid.txt", 1, 4406),
+        "em": ("books/valid.txt", *BOOKS_EM_LINES),
         "evaluate": {"The Portrait of a Lady (books/valid.txt lines 10572-17246, clean)":
-                     ("books/valid.txt", 10572, 17246),
+                     ("books/valid.txt", *BOOKS_PORTRAIT_LINES),
                      "books/valid.txt": ("books/valid.txt", 1, None)},
         "licence": "Project Gutenberg public-domain books (books/, books-large/: see ../shared/data/SOURCES.md); "
                    "the model carries no licence restriction from its data",
@@ -67,24 +67,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def afp(*args: str) -> str:
-    """Run an ``afp`` command (this checkout's), return its stdout."""
-    result = subprocess.run([sys.executable, "-m", "service.cli", *args], cwd=REPO_ROOT, check=True,
-                            capture_output=True, text=True)
-    return result.stdout
-
-
 def text_part(name: str, first: int, last: int | None) -> Path:
     """Lines ``first..last`` (1-based, inclusive; ``None``: to the end) of a shared file."""
-    lines = (SHARED_DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)
-    out = RUNS / f"{name.replace('/', '-')}-{first}-{last or len(lines)}.txt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(lines[first - 1:last]), encoding="utf-8")
-    return out
-
-
-def ppl(model: Path, text: Path) -> dict[str, Any]:
-    return json.loads(afp("ppl", "--model", str(model), "--text", str(text), "--json").strip().splitlines()[-1])
+    return line_range(SHARED_DATA / name, first, last, RUNS / f"{name.replace('/', '-')}-{first}-{last or 'end'}.txt")
 
 
 def words_txt(model: Path) -> Path:
@@ -122,8 +107,8 @@ def books_large_part(target: Path, run: Path) -> Path:
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     state = json.loads((run / "state.json").read_text(encoding="utf-8")) if (run / "state.json").is_file() else {}
     (part / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    trained = ppl(run, SHARED_DATA / "books" / "valid.txt")
-    stored = ppl(part, SHARED_DATA / "books" / "valid.txt")
+    trained = afp_ppl(run, SHARED_DATA / "books" / "valid.txt")
+    stored = afp_ppl(part, SHARED_DATA / "books" / "valid.txt")
     metrics = [json.loads(x) for x in (run.parent / "metrics.jsonl").read_text().splitlines() if x.strip()] \
         if (run.parent / "metrics.jsonl").is_file() else []
     metrics = [m for m in metrics if "valid_ppl" in m] + [{"epoch": state.get("epoch"), "step": state.get("step"),
@@ -186,8 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     table = {}
     for label, where in spec["evaluate"].items():
         text = text_part(*where)
-        mixture = ppl(target, text)
-        table[label] = {"afp": ppl(part, text)["ppl"], "4-gram": ppl(ngram, text)["ppl"],
+        mixture = afp_ppl(target, text)
+        table[label] = {"afp": afp_ppl(part, text)["ppl"], "4-gram": afp_ppl(ngram, text)["ppl"],
                         "mixture": mixture["ppl"], "tokens": mixture["tokens"], "oov": mixture["oov"],
                         "text": {"file": where[0], "lines": [where[1], where[2]]}}
         print(label, json.dumps(table[label]), flush=True)

@@ -76,3 +76,35 @@ def bundled_afp(name: str) -> Path:
     (``bench.bundle_mixtures``), else the model directory itself."""
     directory = REPO_ROOT / "models" / name
     return directory / "afp" if (directory / "mixture.json").is_file() else directory
+
+
+#: 1-based line ranges of the books of ``books/valid.txt`` the LibriSpeech mixtures use: Little Men
+#: (held-out text for mixture weights) and The Portrait of a Lady (the clean evaluation book: the
+#: Sherlock Holmes stories between them are partly inside books-large)
+BOOKS_EM_LINES = (1, 4406)
+BOOKS_PORTRAIT_LINES = (10572, 17246)
+
+
+def afp(*argv: str) -> str:
+    """Run this checkout's ``afp`` command; its stdout (a failure stops the benchmark with its stderr)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"afp {' '.join(argv)} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def afp_ppl(model: Path, text: Path) -> dict[str, Any]:
+    """``afp ppl --model MODEL --text TEXT --json``: ``{"ppl", "tokens", "oov", ...}``."""
+    return json.loads(afp("ppl", "--model", str(model), "--text", str(text), "--json").strip().splitlines()[-1])
+
+
+def line_range(path: Path, first: int, last: int | None, out: Path) -> Path:
+    """Lines ``first..last`` (1-based, inclusive; ``None``: to the end) of ``path``, written to ``out``."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(lines), encoding="utf-8")
+    return out

@@ -28,24 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+from bench.common import (BOOKS_EM_LINES, BOOKS_PORTRAIT_LINES, REPO_ROOT, RESULTS, SHARED_DATA, afp, afp_ppl, environment,
+                          line_range, write_json)
 
 RUNS = REPO_ROOT / "runs" / "ngram_prune"
 VALID = SHARED_DATA / "books" / "valid.txt"
-PORTRAIT = (10572, 17246)  # 1-based line range of The Portrait of a Lady in books/valid.txt
-EM_LINES = (1, 4406)  # Little Men: the held-out text of mixture weights
-
-
-def lines_of(path: Path, first: int, last: int, out: Path) -> Path:
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]
-    out.write_text("".join(lines), encoding="utf-8")
-    return out
+PORTRAIT, EM_LINES = BOOKS_PORTRAIT_LINES, BOOKS_EM_LINES
 
 
 def ppl(model: Path, text: Path) -> float:
-    result = subprocess.run([sys.executable, "-m", "service.cli", "ppl", "--model", str(model), "--text", str(text),
-                             "--json"], cwd=REPO_ROOT, check=True, capture_output=True, text=True)
-    return float(json.loads(result.stdout.strip().splitlines()[-1])["ppl"])
+    return float(afp_ppl(model, text)["ppl"])
 
 
 def ensure_data(data: Path) -> Path:
@@ -59,16 +51,14 @@ def mix_kept(model: Path) -> None:
     and that 4-gram (``afp mix`` on Little Men), its weights and perplexities (``afp ppl``)."""
     results = RESULTS / "ngram_prune.json"
     data = json.loads(results.read_text())
-    portrait = lines_of(VALID, *PORTRAIT, RUNS / "portrait.txt")
-    em_text = lines_of(VALID, *EM_LINES, RUNS / "littlemen.txt")
+    portrait = line_range(VALID, *PORTRAIT, RUNS / "portrait.txt")
+    em_text = line_range(VALID, *EM_LINES, RUNS / "littlemen.txt")
     alone = {"portrait": ppl(model, portrait), "books_valid": ppl(model, VALID)}
     for row in data["rows"]:
         directory = RUNS / f"prune-{row['threshold']:g}"
         if not (directory / "ngram.json").is_file():
             continue
-        mixed = json.loads(subprocess.run(
-            [sys.executable, "-m", "service.cli", "mix", "--text", str(em_text), "--out", str(RUNS / "mix"),
-             str(model), str(directory)], cwd=REPO_ROOT, check=True, capture_output=True, text=True).stdout)
+        mixed = json.loads(afp("mix", "--text", str(em_text), "--out", str(RUNS / "mix"), str(model), str(directory)))
         row["mixture"] = {"model": str(model), "weights": mixed["weights"],
                           "ppl": {"portrait": ppl(RUNS / "mix", portrait), "books_valid": ppl(RUNS / "mix", VALID)}}
         print(json.dumps(row["mixture"]), flush=True)
@@ -94,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     from lm.shards import open_prepared
 
     RUNS.mkdir(parents=True, exist_ok=True)
-    portrait = lines_of(VALID, *PORTRAIT, RUNS / "portrait.txt")
+    portrait = line_range(VALID, *PORTRAIT, RUNS / "portrait.txt")
     prepared = open_prepared(str(ensure_data(args.data)), verify=False)
     vocab = prepared.vocab
     predictable = np.array(vocab.predictable_mask())

@@ -21,12 +21,10 @@ Writes ``bench/results/untuned_defaults.json``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, write_json
+from bench.common import RESULTS, SHARED_DATA, afp, environment, write_json
 
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
 SYSTEMS = {
@@ -36,14 +34,6 @@ SYSTEMS = {
     "old default": ["--old-lm-weight", "1", "--lm-weight", "0.5", "--score-weights", "decoder=0.6,ctc=0.4"],
     "share 0.5": ["--lm-weight", "0.3"],
 }
-
-
-def afp(*argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=REPO_ROOT, capture_output=True,
-                          text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"afp {' '.join(argv)} failed:\n{done.stderr}")
-    return done.stdout
 
 
 def main() -> None:
