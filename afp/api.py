@@ -16,7 +16,7 @@ the command line and the server use (:func:`lm.scorer.text_score` for sentences,
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,9 @@ from afp.mixtures import mixed_scorer, open_model
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
-from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_OLD_LM_WEIGHT, RescoreOptions, RescoreResult
+from afp.options import OptionsError, build_options
+from afp.weights import SETS, TunedWeights
+from lattices.rescore import RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
 from lm.ngram_store import StoreScorer
@@ -65,20 +67,12 @@ def rescore_options(**options: Any) -> RescoreOptions:
     fields and the command-line flags: ``lm_weight`` (a number or a list), ``old_lm_weight``,
     ``acoustic_scale``, ``word_penalty``, ``unk_penalty``, ``score_weights`` (a dict), ``nbest``,
     ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``max_arcs``,
-    ``auto_prune``, ``old_lm_score`` (and ``RescoreOptions``' own field names)."""
-    renamed = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "prune_if_too_large": "auto_prune"}
-    fields_ = {"lm_weights": DEFAULT_LM_WEIGHT, "old_lm_weight": DEFAULT_OLD_LM_WEIGHT,
-               "relative_lm_weight": options.get("lm_weight", options.get("lm_weights")) is None,
-               **{renamed.get(name, name): value for name, value in options.items()}}
-    weights = fields_.get("lm_weights")
-    if weights is not None:
-        fields_["lm_weights"] = tuple(weights) if isinstance(weights, (list, tuple)) else (weights,)
-    if isinstance(fields_.get("score_weights"), dict):
-        fields_["score_weights"] = tuple(fields_["score_weights"].items())
-    unknown = sorted(set(fields_) - {f.name for f in fields(RescoreOptions)})
-    if unknown:
-        raise TypeError(f"unknown rescoring option(s) {', '.join(unknown)}")
-    return RescoreOptions(**fields_)
+    ``auto_prune``, ``old_lm_score`` (and ``RescoreOptions``' own field names), by the one
+    builder of every door (:func:`afp.options.build_options`; unset: ``RescoreOptions``' defaults)."""
+    try:
+        return build_options(options)
+    except OptionsError as err:
+        raise TypeError(str(err)) from None
 
 
 class Model:
@@ -138,14 +132,11 @@ class Model:
         Raises:
           RescoreFailed: a lattice could not be rescored (the message says why).
         """
-        settings = rescore_options(**{"unk_penalty": self.loaded.default_unk_penalty, **options})
-        if weights is not None:
-            from afp.weights import SETS, TunedWeights
-
-            clash = sorted(set(options) & set(SETS))
-            if clash:
-                raise TypeError(f"weights= sets the weights: give it or {', '.join(clash)}, not both")
-            settings = TunedWeights.read(weights).apply(settings)
+        try:
+            settings = build_options(options, weights=None if weights is None else TunedWeights.read(weights),
+                                     unk_default=self.loaded.default_unk_penalty)
+        except OptionsError as err:
+            raise TypeError(f"weights= {err}" if weights is not None and err.field in SETS else str(err)) from None
         symbols = read_words_txt(words) if words is not None else None
         lattices = _lattices(inputs if isinstance(inputs, (list, tuple)) else [inputs], format, symbols)
         scorer = _old_lm(old_lm)

@@ -79,8 +79,8 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
         raise CutLatticeError(f"{cuts_path}: expected a CutSet, got {type(cuts).__name__}")
     base = cuts_path.resolve().parent
     cache: dict[Path, list[Lattice]] = {}
-    weights = options.lm_weights
-    errors = {w: WerStats.zero() for w in weights}
+    weights: list[float | None] = list(options.lm_weights or (None,))  # None: the untuned default, named by a result
+    errors = [WerStats.zero() for _ in weights]
     fed: deque[Any] = deque()  # cuts whose lattices rescore_all has taken, in order
     out: list[Any] = []
     failed: list[str] = []
@@ -109,9 +109,11 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
             fail(cut, f"cut {cut.id!r}: {outcome.message}")
             continue
         reference = cut_reference(cut)
-        for result in outcome:
+        for i, result in enumerate(outcome):
+            if weights[i] is None:
+                weights[i] = result.lm_weight
             if reference:
-                errors[result.lm_weight] = errors[result.lm_weight] + word_errors(reference, result.best.words)
+                errors[i] = errors[i] + word_errors(reference, result.best.words)
         first = outcome[0]
         summary = {**first.best.to_json(), "lm_weight": first.lm_weight,
                    "expanded_arcs": first.stats["expanded_arcs"], "expanded_states": first.stats["expanded_states"],
@@ -126,6 +128,6 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
     order = {cut.id: i for i, cut in enumerate(cuts)}
     out.sort(key=lambda cut: order[cut.id])  # failures found while reading come before earlier cuts' results
     CutSet.from_cuts(out).to_file(out_path)
-    per_weight = [{"lm_weight": w, **errors[w].to_json()} for w in weights]
+    per_weight = [{"lm_weight": w, **e.to_json()} for w, e in zip(weights, errors)]
     return {"cuts": len(out), "out": str(out_path), "failed": len(failed), "failed_cuts": failed[:20],
             **per_weight[0], "per_lm_weight": per_weight}

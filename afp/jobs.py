@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from lattices.diagnostics import unknown_words_warning
+from lattices.diagnostics import input_warnings
 from lattices.expand import ExpansionTooLarge
 from lattices.formats import read_lattice_file, read_lattices, write_lattices
 from lattices.lattice import Lattice, LatticeFormatError
@@ -214,15 +214,15 @@ def _in_order(items: Iterable[T], fn: Callable[[T], R], workers: int) -> Iterato
 
 def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure], warn: Callable[[str], None] | None,
                scorer: ContextScorer) -> Iterator[list[RescoreResult] | Failure]:
-    """Pass ``outcomes`` through, warning once per job when a lattice's words are mostly unknown
-    (:func:`lattices.diagnostics.unknown_words_warning`)."""
-    warned = False
+    """Pass ``outcomes`` through, giving each kind of input warning once per job (a lattice's words
+    mostly unknown, words looked up in another case: :func:`lattices.diagnostics.input_warnings`)."""
+    warned: set[str] = set()
     for results in outcomes:
-        if not isinstance(results, Failure) and warn is not None and not warned:
-            text = unknown_words_warning(results[0].key, results[0].stats, scorer.known)
-            if text is not None:
-                warned = True
-                warn(f"{text} (this warning is given once per job)")
+        if not isinstance(results, Failure) and warn is not None:
+            for kind, text in input_warnings(results[0].key, results[0].stats, scorer.known).items():
+                if kind not in warned:
+                    warned.add(kind)
+                    warn(f"{text} (this warning is given once per job)")
         yield results
 
 

@@ -31,26 +31,18 @@ from typing import Any
 import numpy
 import torch
 
-from lattices.scored import Weights, component_vector
+from lattices.scored import POINT_WEIGHTS, component_vector, point_weights
 
 #: the search range of each coordinate (score weights: ``score:*``); natural bounds in NATURAL
 RANGES = {"lm_weight": (0.0, 3.0), "old_lm_weight": (0.0, 3.0), "word_penalty": (-10.0, 10.0),
           "unk_penalty": (-30.0, 0.0), "score": (0.0, 3.0)}
 NATURAL = {"lm_weight": {0.0}, "old_lm_weight": {0.0}, "unk_penalty": {0.0}, "score": {0.0}}
 LATTICE_CANDIDATES = 25
-BASE = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
+BASE = POINT_WEIGHTS
 
 
 def range_of(name: str) -> tuple[float, float]:
     return RANGES["score" if name.startswith("score:") else name]
-
-
-def weights_of(point: dict[str, float], defaults: dict[str, float]) -> Weights:
-    """The :class:`~lattices.scored.Weights` of a point (``score:NAME`` entries over ``defaults``)."""
-    named = {**defaults, **{k[6:]: v for k, v in point.items() if k.startswith("score:")}}
-    return Weights(lm_weight=point.get("lm_weight", 0.0), old_lm_weight=point.get("old_lm_weight", 0.0),
-                   word_penalty=point.get("word_penalty", 0.0), unk_penalty=point.get("unk_penalty", 0.0),
-                   score_weights=named)
 
 
 @dataclass
@@ -77,7 +69,7 @@ class Problem:
     evaluations: int = field(default=0)
 
     def vector(self, point: dict[str, float], acoustic_scale: float) -> numpy.ndarray:
-        return component_vector(self.names, weights_of(point, self.defaults), acoustic_scale).numpy()
+        return component_vector(self.names, point_weights(point, self.defaults), acoustic_scale).numpy()
 
     def errors(self, point: dict[str, float]) -> int:
         """Total word errors at ``point`` (the first hypothesis of equal scores wins, as in rescoring)."""

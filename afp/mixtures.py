@@ -27,7 +27,7 @@ import torch
 from lattices.interpolate import InterpolatedScorer
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
-from lm.checkpoint import open_model as load_model
+from lm.checkpoint import open_single_model
 from lm.model import DEFAULT_SCORE_ELEMENTS
 from lm.scorer import scorer_of as model_scorer
 
@@ -152,7 +152,10 @@ def is_mixture_dir(path: str | Path) -> bool:
 
 
 def open_model(path: str | Path, device: str = "cpu") -> Any:
-    """What ``--model`` names: a model directory, an ARPA file, or a mixture directory."""
+    """What ``--model`` (and ``afp.load_model``, ``AFP_MODEL_DIR``) names, the one opener of every
+    door: a mixture directory (``mixture.json``: its parts opened and mixed, :class:`Mixture`), or
+    one model (:func:`lm.checkpoint.open_single_model`: an AFP model directory, an ARPA file or an
+    n-gram model directory)."""
     if is_mixture_dir(path):
         data = json.loads((Path(path) / MIXTURE_FILE).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("format") != MIXTURE_FORMAT or not data.get("parts"):
@@ -163,10 +166,10 @@ def open_model(path: str | Path, device: str = "cpu") -> Any:
             where = where if where.is_absolute() else Path(path) / where
             if is_mixture_dir(where):
                 raise MixtureSpecError(f"{where}: a mixture's part cannot be a mixture")
-            parts.append(load_model(where, device))
+            parts.append(open_single_model(where, device))
         return LoadedMixture(parts=tuple(parts), weights=tuple(float(p["weight"]) for p in data["parts"]),
                              path=Path(path), record=data.get("estimated", {}))
-    return load_model(path, device)
+    return open_single_model(path, device)
 
 
 def scorer_of(loaded: Any, precision: str = "auto", max_elements: int = DEFAULT_SCORE_ELEMENTS) -> ContextScorer:

@@ -55,7 +55,7 @@ from typing import Protocol
 from collections.abc import Callable
 
 from lattices.lattice import Lattice, LatticeFormatError
-from lattices.rescore import RescoreResult
+from lattices.rescore import DEFAULT_LM_WEIGHT, RescoreResult
 from lattices.times import NoWordTimes, path_word_times
 from lattices.formats import output_format
 from afp.jobs import Failure, write_rescored
@@ -175,7 +175,8 @@ class TextDirWriter:
             raise
 
     def render(self, results: Sequence[RescoreResult]) -> Commit:
-        lines = [(self._streams[r.lm_weight], (transcript_line(r.key, r.best.words) + "\n").encode()) for r in results]
+        lines = [(stream, (transcript_line(r.key, r.best.words) + "\n").encode())  # results in lm_weights order
+                 for stream, r in zip(self._streams.values(), results)]
 
         def commit() -> None:
             for stream, line in lines:
@@ -320,10 +321,10 @@ class JobOutputs:
     is a second output on standard output. ``rank``: this process's rank in a job run as several
     processes (torchrun): files get ``.RANK`` (:meth:`WriteSpec.for_rank`)."""
 
-    def __init__(self, options: OutputOptions, *, input_format: str = "auto", lm_weights: Sequence[float] = (1.0,),
+    def __init__(self, options: OutputOptions, *, input_format: str = "auto", lm_weights: Sequence[float] | None = None,
                  symbols: Sequence[str] | None = None, rank: int | None = None) -> None:
         self.options, self.input_format, self.symbols, self.rank = options, input_format, symbols, rank
-        self.lm_weights = tuple(lm_weights)
+        self.lm_weights = tuple(lm_weights or (DEFAULT_LM_WEIGHT,))  # None: the untuned default, one weight
         self.specs: dict[str, WriteSpec] = {}
         for flag, text in (("--out", options.out), ("--nbest-text", options.nbest_text), ("--ctm", options.ctm)):
             if text is not None:

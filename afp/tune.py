@@ -28,9 +28,9 @@ from torch import Tensor
 
 from lattices.expand import PAD
 from lattices.rescore import RescoreOptions, first_pass_best, rescore_scored, score_for_options
-from lattices.scored import DEFAULT_ACOUSTIC_SCALE, TAIL, ScoredLattice, Weights, component_vector
+from lattices.scored import DEFAULT_ACOUSTIC_SCALE, TAIL, ScoredLattice, component_vector, point_weights
 from lattices.scorer import ContextScorer, WindowScorer
-from afp.wer import WerStats, match_references, word_errors
+from afp.wer import WerStats, case_differs, match_references, word_errors
 
 GRID_NAMES = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
 
@@ -125,6 +125,9 @@ class Tuner:
         self.want_mbr = mbr or options.decode == "mbr"
         self.utterances: list[_Utterance] = []
         self.names: tuple[str, ...] | None = None
+        #: words compared without regard to case (:func:`afp.wer.case_differs`), decided by the first
+        #: utterances added: lower-case lattices against upper-case references
+        self.ignore_case: bool | None = None
 
     def _check_names(self, names: tuple[str, ...], key: str) -> None:
         if self.names is None:
@@ -141,6 +144,8 @@ class Tuner:
             raise ValueError("this tuner has no scorer: use add_table")
         lattices = list(lattices)
         refs = match_references(self.refs, [lattice.key for lattice in lattices])
+        if self.ignore_case is None and lattices:
+            self.ignore_case = case_differs(refs.values(), (lattice_words(lattice) for lattice in lattices))
         for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
             scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
             self._check_names(scored.names, lattice.key)
@@ -153,7 +158,8 @@ class Tuner:
                 self.add_table(lattice.key, ref, table[0], table[1], scored.names, first_words=first.words,
                                acoustic_scale=scored.default_acoustic_scale)
                 continue
-            self.utterances.append(_Utterance(key=lattice.key, ref=ref, first_pass=word_errors(ref, first.words),
+            self.utterances.append(_Utterance(key=lattice.key, ref=ref,
+                                              first_pass=word_errors(ref, first.words, bool(self.ignore_case)),
                                               acoustic_scale=scored.default_acoustic_scale, scored=scored))
 
     def add_table(self, key: str, ref: list[str], words: list[list[str]], parts: Tensor, names: tuple[str, ...],
@@ -164,15 +170,18 @@ class Tuner:
         ``first_words``: the first pass's 1-best (default: the first hypothesis).
         ``acoustic_scale``: the default ``w_acoustic`` (default: the options', else 0.1)."""
         self._check_names(names, key)
-        errors = [word_errors(ref, w) for w in words]
-        first = errors[0] if first_words is None else word_errors(ref, first_words)
+        if self.ignore_case is None:
+            self.ignore_case = case_differs([ref], words)
+        errors = [word_errors(ref, w, bool(self.ignore_case)) for w in words]
+        first = errors[0] if first_words is None else word_errors(ref, first_words, bool(self.ignore_case))
         default = acoustic_scale if acoustic_scale is not None else (
             self.options.acoustic_scale if self.options.acoustic_scale is not None else DEFAULT_ACOUSTIC_SCALE)
         distinct: dict[tuple[str, ...], int] = {}
         group = torch.tensor([distinct.setdefault(tuple(w), len(distinct)) for w in words], dtype=torch.int64)
         utt = _Utterance(key=key, ref=ref, first_pass=first, acoustic_scale=default, hyp_words=words,
                          hyp_parts=parts.cpu(), errors=errors, error_counts=numpy.array([e.errors for e in errors]),
-                         group=group, group_errors=numpy.array([word_errors(ref, list(w)).errors for w in distinct]))
+                         group=group, group_errors=numpy.array([word_errors(ref, list(w), bool(self.ignore_case)).errors
+                                                                  for w in distinct]))
         if self.want_mbr:
             from lattices.mbr import edit_distance_matrix
 
@@ -241,7 +250,8 @@ class Tuner:
                 else:
                     totals += utt.error_counts[self._table_choice(utt, vectors, mbr)]
             else:
-                totals += numpy.array([word_errors(utt.ref, w).errors for w in self._choose(utt, points, None, mbr)])
+                totals += numpy.array([word_errors(utt.ref, w, bool(self.ignore_case)).errors
+                                       for w in self._choose(utt, points, None, mbr)])
         return totals
 
     def stats_at(self, point: dict[str, float]) -> WerStats:
@@ -250,7 +260,7 @@ class Tuner:
 
     def stats(self, point: dict[str, float], mbr: bool = False) -> WerStats:
         """The full error breakdown at one grid point."""
-        return _total(word_errors(utt.ref, words) for utt, words in zip(self.utterances,
+        return _total(word_errors(utt.ref, words, bool(self.ignore_case)) for utt, words in zip(self.utterances,
                                                                        self.choices([point], mbr)[0]))
 
     def _vectors(self, points: Sequence[dict[str, float]], acoustic_scale: float,
@@ -292,16 +302,16 @@ class Tuner:
     def _options(self, point: dict[str, float], mbr: bool) -> RescoreOptions:
         import dataclasses
 
-        return dataclasses.replace(self.options, lm_weights=(point["lm_weight"],),
-                                   old_lm_weight=point["old_lm_weight"], word_penalty=point["word_penalty"],
-                                   unk_penalty=point["unk_penalty"], decode="mbr" if mbr else "viterbi", nbest=1)
+        return dataclasses.replace(self.options.at_point(point), decode="mbr" if mbr else "viterbi")
 
     def _vector(self, point: dict[str, float], acoustic_scale: float) -> Tensor:
         names = self.names or ()
-        weights = Weights(lm_weight=point["lm_weight"], old_lm_weight=point["old_lm_weight"],
-                          word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
-                          score_weights=self.options.named_weights(names))
-        return component_vector(names, weights, acoustic_scale)
+        return component_vector(names, point_weights(point, self.options.named_weights(names)), acoustic_scale)
+
+
+def lattice_words(lattice: Any) -> list[str]:
+    """The distinct words a lattice uses (epsilon left out), as written."""
+    return [lattice.symbols[i] for i in torch.unique(lattice.words).tolist() if i != 0]
 
 
 def _argmax_first(scores: Tensor) -> Tensor:
@@ -335,6 +345,7 @@ def tune(tuner: Tuner, grid: Grid, mbr: bool = False) -> dict[str, Any]:
                  "errors": tuner.stats({k: best[k] for k in GRID_NAMES}).to_json()},
         "first_pass_wer": tuner.first_pass().wer,
         "oracle_wer": oracle.wer if oracle is not None else None,
+        "ignore_case": bool(tuner.ignore_case),
         "utterances": len(tuner.utterances),
         "ref_words": ref_words,
         "score_weights": dict(tuner.options.score_weights),
@@ -390,7 +401,7 @@ def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[di
     named = tuner.options.named_weights(names)
     scores = [n for n in names[: -len(TAIL)] if (n != "acoustic" or "acoustic" in named) and n not in tuner.features]
     start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0,
-                               "unk_penalty": tuner.options.unk_penalty,
+                               "unk_penalty": tuner.options.unk_penalty or 0.0,
                                **{f"score:{n}": named.get(n, 1.0) for n in scores},
                                **{f"score:{n}": 0.0 for n in tuner.features}}  # the first pass has no features
     tables = [u for u in tuner.utterances if u.hyp_parts is not None]
@@ -420,28 +431,19 @@ def point_stats(tuner: Tuner | _Subset, point: dict[str, float]) -> list[WerStat
     for utt in tuner.utterances:
         if utt.hyp_parts is not None:
             assert utt.errors is not None
-            vector = component_vector(names, mert.weights_of(point, tuner.options.named_weights(names)),
+            vector = component_vector(names, point_weights(point, tuner.options.named_weights(names)),
                                       utt.acoustic_scale)
             out.append(utt.errors[int(_argmax_first((utt.hyp_parts @ vector).unsqueeze(1))[0])])
         else:
             assert utt.scored is not None
-            words = rescore_scored(utt.scored, _point_options(tuner, point))[0].best.words
-            out.append(word_errors(utt.ref, words))
+            words = rescore_scored(utt.scored, tuner.options.at_point(point))[0].best.words
+            out.append(word_errors(utt.ref, words, bool(tuner.ignore_case)))
     return out
 
 
 def utterance_errors(tuner: Tuner | _Subset, point: dict[str, float]) -> list[int]:
     """Word errors of every utterance at a point (:func:`point_stats`)."""
     return [stats.errors for stats in point_stats(tuner, point)]
-
-
-def _point_options(tuner: Tuner, point: dict[str, float]) -> RescoreOptions:
-    import dataclasses
-
-    named = {**dict(tuner.options.score_weights), **{k[6:]: v for k, v in point.items() if k.startswith("score:")}}
-    return dataclasses.replace(tuner.options, lm_weights=(point["lm_weight"],), old_lm_weight=point["old_lm_weight"],
-                               word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
-                               score_weights=tuple(named.items()), decode="viterbi", nbest=1)
 
 
 def mert_problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
@@ -454,7 +456,8 @@ def mert_problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
     others = [u for u in utterances if u.hyp_parts is None]
 
     def evaluate(points: list[dict[str, float]]) -> numpy.ndarray:
-        return numpy.array([sum(word_errors(u.ref, rescore_scored(u.scored, _point_options(tuner, p))[0].best.words)
+        return numpy.array([sum(word_errors(u.ref, rescore_scored(u.scored, tuner.options.at_point(p))[0].best.words,
+                                                bool(tuner.ignore_case))
                                 .errors for u in others) for p in points])
 
     return mert.Problem(mert.tables_from(tables, lambda u: u.error_counts), names,
@@ -510,6 +513,7 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
                   f"{restarts} random restarts",
         "utterances": len(tuner.utterances), "ref_words": total_words,
         "first_pass_wer": 100.0 * sum(first) / total_words,
+        "ignore_case": bool(tuner.ignore_case),
         "start": {"point": start, "wer": 100.0 * found.start_errors / total_words,
                   "reproduces_first_pass": agreement},
         "best": {**found.point, "wer": 100.0 * sum(tuned) / total_words,
@@ -559,3 +563,4 @@ class _Subset:
 
     def __init__(self, tuner: Tuner, utterances: list[_Utterance]) -> None:
         self.names, self.options, self.utterances = tuner.names, tuner.options, utterances
+        self.ignore_case = tuner.ignore_case

@@ -10,7 +10,10 @@ The file is JSON::
      "decode": "viterbi",
      "tuned": {"wer": 3.41, "first_pass_wer": 3.61, "cross_validated_wer": 3.47, ...}}
 
-``tuned`` records how the weights were found (informational; it is not read back).
+``tuned`` records how the weights were found (informational; it is not read back). A field the
+file leaves out is not set by it (None here): applying the file leaves that option as it was.
+This is a file, not an options type: :class:`lattices.rescore.RescoreOptions` is the one options
+type, and :func:`afp.options.build_options` applies a file to it.
 """
 
 from __future__ import annotations
@@ -37,26 +40,35 @@ class WeightsFileError(ValueError):
 
 @dataclass(frozen=True)
 class TunedWeights:
-    """One weight setting (see the module docstring)."""
+    """The weights a file sets (see the module docstring); None: not set by the file."""
 
-    lm_weight: float = 0.0
-    old_lm_weight: float = 1.0
-    word_penalty: float = 0.0
-    unk_penalty: float = 0.0
-    score_weights: Mapping[str, float] = field(default_factory=dict)
-    decode: str = "viterbi"
+    lm_weight: float | None = None
+    old_lm_weight: float | None = None
+    word_penalty: float | None = None
+    unk_penalty: float | None = None
+    score_weights: Mapping[str, float] | None = None
+    decode: str | None = None
     tuned: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_point(cls, point: Mapping[str, float], tuned: Mapping[str, Any] | None = None) -> TunedWeights:
-        """From a point of ``afp tune``'s search (``score:NAME`` entries are named score weights)."""
-        return cls(**{name: float(point[name]) for name in FIELDS if name in point},
-                   score_weights={k[6:]: float(v) for k, v in point.items() if k.startswith("score:")},
-                   tuned=dict(tuned or {}))
+    def from_options(cls, options: RescoreOptions, tuned: Mapping[str, Any] | None = None) -> TunedWeights:
+        """The weights of ``options`` (one LM weight; every weight set) as a file's content."""
+        if options.lm_weights is None or len(options.lm_weights) != 1:
+            raise ValueError(f"a weights file holds one LM weight, got {options.lm_weights}")
+        missing = [n for n in ("old_lm_weight", "word_penalty", "unk_penalty") if getattr(options, n) is None]
+        if missing:
+            raise ValueError(f"a weights file holds every weight; {', '.join(missing)} not set")
+        return cls(lm_weight=options.lm_weights[0], old_lm_weight=options.old_lm_weight,
+                   word_penalty=options.word_penalty, unk_penalty=options.unk_penalty,
+                   score_weights=dict(options.score_weights), decode=options.decode, tuned=dict(tuned or {}))
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, **{name: getattr(self, name) for name in FIELDS},
-                "score_weights": dict(self.score_weights), "decode": self.decode, "tuned": dict(self.tuned)}
+        out: dict[str, Any] = {"format": FORMAT}
+        for name in SETS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = dict(value) if name == "score_weights" else value
+        return {**out, "tuned": dict(self.tuned)}
 
     @classmethod
     def from_json(cls, data: Any, source: str = "weights") -> TunedWeights:
@@ -72,14 +84,17 @@ class TunedWeights:
         for name in FIELDS:
             if name in data:
                 values[name] = _number(data[name], f"{source}: field {name}")
-        scores = data.get("score_weights", {})
-        if not isinstance(scores, dict):
-            raise WeightsFileError(f"{source}: field score_weights: expected an object of NAME: WEIGHT")
-        values["score_weights"] = {str(k): _number(v, f"{source}: field score_weights.{k}") for k, v in scores.items()}
-        decode = data.get("decode", "viterbi")
-        if decode not in ("viterbi", "mbr"):
-            raise WeightsFileError(f"{source}: field decode: expected viterbi or mbr, got {decode!r}")
-        return cls(**values, decode=decode, tuned=dict(data.get("tuned") or {}))
+        if "score_weights" in data:
+            scores = data["score_weights"]
+            if not isinstance(scores, dict):
+                raise WeightsFileError(f"{source}: field score_weights: expected an object of NAME: WEIGHT")
+            values["score_weights"] = {str(k): _number(v, f"{source}: field score_weights.{k}")
+                                       for k, v in scores.items()}
+        if "decode" in data:
+            if data["decode"] not in ("viterbi", "mbr"):
+                raise WeightsFileError(f"{source}: field decode: expected viterbi or mbr, got {data['decode']!r}")
+            values["decode"] = data["decode"]
+        return cls(**values, tuned=dict(data.get("tuned") or {}))
 
     @classmethod
     def read(cls, path: str | Path) -> TunedWeights:
@@ -98,18 +113,18 @@ class TunedWeights:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
 
     def apply(self, options: RescoreOptions, keep: frozenset[str] | set[str] = frozenset()) -> RescoreOptions:
-        """``options`` with these weights (one LM weight; the other options, such as ``nbest``,
-        kept), except the options named in ``keep`` (names of :data:`SETS`: what a request sets
-        itself wins over the file)."""
+        """``options`` with the weights this file sets (the other options, such as ``nbest``, kept),
+        except the options named in ``keep`` (names of :data:`SETS`: what a request sets itself
+        wins over the file)."""
         unknown = set(keep) - set(SETS)
         if unknown:
             raise ValueError(f"keep: not options of a weights file: {sorted(unknown)}")
-        values = {"lm_weights": (self.lm_weight,), "old_lm_weight": self.old_lm_weight,
-                  "word_penalty": self.word_penalty, "unk_penalty": self.unk_penalty,
-                  "score_weights": tuple(self.score_weights.items()), "decode": self.decode}
+        values = {"lm_weights": None if self.lm_weight is None else (self.lm_weight,),
+                  "old_lm_weight": self.old_lm_weight, "word_penalty": self.word_penalty,
+                  "unk_penalty": self.unk_penalty, "decode": self.decode,
+                  "score_weights": None if self.score_weights is None else tuple(self.score_weights.items())}
         kept = {"lm_weights" if name == "lm_weight" else name for name in keep}
-        return dataclasses.replace(options, relative_lm_weight=False,  # a kept LM weight was given: absolute too
-                                   **{k: v for k, v in values.items() if k not in kept})
+        return dataclasses.replace(options, **{k: v for k, v in values.items() if k not in kept and v is not None})
 
 
 def _number(value: Any, where: str) -> float:

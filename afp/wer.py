@@ -20,6 +20,11 @@ content: ``trn`` when every non-empty line ends with a parenthesised id, Kaldi `
 otherwise (so a Kaldi transcript with a ``(noise)`` tag at the end of some line stays Kaldi). Words are split on
 whitespace and kept as they are (no case or punctuation normalisation). Lines are read as UTF-8.
 
+Case: LibriSpeech's references are upper case and PocketSphinx writes lower case. When the
+hypotheses are written in another case than the references (:func:`case_differs`), ``afp wer``
+and ``afp tune`` compare words without regard to case, as sclite's ``-i`` does, and say so; words
+in the same case are compared exactly.
+
 Counts are kaldialign's (Levenshtein with unit costs for substitution, insertion and deletion,
 the same as Kaldi's ``compute-wer``): :func:`word_errors` for one utterance, :func:`corpus_wer`
 for many, summed as :class:`WerStats`.
@@ -100,17 +105,36 @@ class WerStats:
         return out
 
 
-def word_errors(ref: Sequence[str], hyp: Sequence[str]) -> WerStats:
-    """The edit-distance counts of one hypothesis against its reference (lists of words)."""
+def word_errors(ref: Sequence[str], hyp: Sequence[str], ignore_case: bool = False) -> WerStats:
+    """The edit-distance counts of one hypothesis against its reference (lists of words);
+    ``ignore_case``: words equal but for case match (``str.casefold``)."""
     import kaldialign
 
     for name, words in (("ref", ref), ("hyp", hyp)):
         if isinstance(words, str):
             raise TypeError(f"{name} must be a list of words, not a string: {words[:40]!r}")
+    if ignore_case:
+        ref, hyp = [w.casefold() for w in ref], [w.casefold() for w in hyp]
     result = kaldialign.edit_distance(list(ref), list(hyp))
     errors = result["sub"] + result["ins"] + result["del"]
     return WerStats(errors=errors, substitutions=result["sub"], insertions=result["ins"], deletions=result["del"],
                     ref_words=len(ref), sentences=1, sentence_errors=int(errors > 0))
+
+
+def case_differs(refs: Iterable[Sequence[str]], hyps: Iterable[Sequence[str]]) -> bool:
+    """Whether the hypotheses are written in another case than the references: more of the
+    hypotheses' distinct words match a reference word only without regard to case than match one
+    exactly (lower-case PocketSphinx output against upper-case LibriSpeech references)."""
+    exact = {w for words in refs for w in words}
+    folded = {w.casefold() for w in exact}
+    vocab = {w for words in hyps for w in words}
+    same = sum(1 for w in vocab if w in exact)
+    other = sum(1 for w in vocab if w not in exact and w.casefold() in folded)
+    return other > same
+
+
+#: what a report says when words were compared without regard to case
+CASE_NOTE = "the hypotheses are in another case than the references: words compared without regard to case (sclite -i)"
 
 
 def corpus_wer(pairs: Iterable[tuple[Sequence[str], Sequence[str]]]) -> WerStats:
@@ -295,16 +319,22 @@ class Scored:
     keys: list[str]
     errors: list[int]
     ref_words: list[int]
+    ignore_case: bool = False
 
 
-def score_transcripts(refs: dict[str, list[str]], hyps: dict[str, list[str]]) -> Scored:
+def score_transcripts(refs: dict[str, list[str]], hyps: dict[str, list[str]],
+                      ignore_case: bool | None = None) -> Scored:
     """Score every hypothesis against its reference (:func:`match_references`: bare ids find
     ``speaker-utterance`` references). Every hypothesis needs a reference; references without a
-    hypothesis are not scored (the count is in ``total.sentences``)."""
+    hypothesis are not scored (the count is in ``total.sentences``). ``ignore_case`` None: when
+    :func:`case_differs` (``Scored.ignore_case`` says which)."""
     matched = match_references(refs, hyps)
     keys = sorted(matched)
-    stats = [word_errors(matched[k], hyps[k]) for k in keys]
-    return Scored(total=_sum(stats), keys=keys, errors=[s.errors for s in stats], ref_words=[s.ref_words for s in stats])
+    if ignore_case is None:
+        ignore_case = case_differs((matched[k] for k in keys), (hyps[k] for k in keys))
+    stats = [word_errors(matched[k], hyps[k], ignore_case) for k in keys]
+    return Scored(total=_sum(stats), keys=keys, errors=[s.errors for s in stats],
+                  ref_words=[s.ref_words for s in stats], ignore_case=ignore_case)
 
 
 def _sum(stats: Iterable[WerStats]) -> WerStats:

@@ -11,6 +11,8 @@ from typing import Any
 
 from torch import Tensor
 
+from lattices.case import known_in_another_case
+
 #: a lattice with more than this share of unknown (distinct) words gets the warning
 UNKNOWN_WARNING_SHARE = 0.5
 
@@ -31,7 +33,7 @@ def unknown_words_warning(key: str, stats: dict[str, Any],
     words: list[str] = list(stats.get("oov_words", []))
     text = (f"lattice {key!r}: {share:.0%} of its distinct words are unknown to the model "
             f"(e.g. {', '.join(words[:5])}); they are scored as <unk>")
-    recased = _known_in_another_case(words, known)
+    recased = known_in_another_case(words, known)
     if recased and len(recased) * 2 >= len(words):
         word, other = recased[0]
         text += (f". {len(recased)} of the {len(words)} are known in another case ({word} -> {other}): is the case "
@@ -39,14 +41,16 @@ def unknown_words_warning(key: str, stats: dict[str, Any],
     return text
 
 
-def _known_in_another_case(words: Sequence[str], known: Callable[[Sequence[str]], Tensor]) -> list[tuple[str, str]]:
-    """``(word, form)`` for each word with another-case form the model knows (the first such form)."""
-    forms = [[f for f in dict.fromkeys((w.upper(), w.lower(), w.capitalize())) if f != w] for w in words]
-    flat = [f for fs in forms for f in fs]
-    if not flat:
-        return []
-    ok = dict(zip(flat, known(flat).tolist()))
-    return [(w, next(f for f in fs if ok[f])) for w, fs in zip(words, forms) if any(ok[f] for f in fs)]
+def recased_warning(key: str, stats: dict[str, Any]) -> str | None:
+    """What a job (or request) is told, once, when a lattice's words were looked up in another case
+    (:mod:`lattices.case`: ``stats["recased"]`` words, ``stats["recased_words"]`` examples), or None."""
+    count = int(stats.get("recased", 0))
+    if not count:
+        return None
+    word, form = stats.get("recased_words", [["?", "?"]])[0]
+    return (f"lattice {key!r}: {count} of its distinct words are in another case than the model's and are scored as "
+            f"the model spells them ({word} -> {form}); results keep the input's own spellings (--keep-case, or "
+            f"match_case false, turns this off)")
 
 
 def untuned_weights_warning(stats: dict[str, Any], old_lm_weight: float, lm_weight: float) -> str:
@@ -60,3 +64,10 @@ def untuned_weights_warning(stats: dict[str, Any], old_lm_weight: float, lm_weig
     return (f"the weights are untuned ({kept}, the new LM at {lm_weight:g}): tune them on a dev set "
             f"(afp tune --refs REFS --save weights.json DEV) and pass --weights weights.json (HTTP: AFP_WEIGHTS or a "
             f"request's 'weights'); without a dev set, --lm-weight 0 keeps the first pass's own combination")
+
+
+def input_warnings(key: str, stats: dict[str, Any], known: Callable[[Sequence[str]], Tensor]) -> dict[str, str]:
+    """Every warning a rescored lattice's input earns, by kind (``unknown_words``, ``recased``):
+    what ``afp rescore`` prints once per job and the server returns once per request, per kind."""
+    found = {"unknown_words": unknown_words_warning(key, stats, known), "recased": recased_warning(key, stats)}
+    return {kind: text for kind, text in found.items() if text is not None}

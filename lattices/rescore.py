@@ -33,7 +33,7 @@ from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, lattice_word_m
 from lattices.kbest import search_distinct
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
-from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, WeightError, score_lattice
+from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, WeightError, point_weights, score_lattice
 from lattices.scorer import ContextScorer, WindowScorer
 from lattices.search import Dag, segment_logsumexp
 
@@ -41,11 +41,10 @@ AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 #: the front ends' untuned weights (afp rescore, POST /v1/rescore, afp.Model.rescore): the first
 #: pass's combination kept whole, as the recogniser weighed it (an n-best list's weights recovered
 #: from its totals, :func:`lattices.formats.nbest.first_pass_weights`; else the old LM at 1), and
-#: the new LM added at a quarter of the old LM's weight (``relative_lm_weight``). Measured on the
+#: the new LM added at a quarter of the old LM's weight (``lm_weights`` None). Measured on the
 #: ESPnet LibriSpeech lists (models/librispeech, bench/results/untuned_defaults.json): the
 #: recogniser's combination plus the new LM at 0.5 of its own scale raised WER, at a quarter it
 #: stays within noise of the first pass; only tuning (afp tune) says what helps.
-DEFAULT_OLD_LM_WEIGHT: float | None = None
 DEFAULT_LM_WEIGHT = 0.25
 #: the request field of each option (where they differ)
 _FIELDS = {"lm_weights": "lm_weight"}
@@ -71,8 +70,17 @@ class RescoreOptions:
     ``old_lm_weight`` None: the recogniser's own weight of its LM where the input tells it
     (``meta["first_pass_weights"]``, recovered from an n-best list's totals), else 1; named
     scores that ``score_weights`` leaves out take the recogniser's weights too where known.
-    ``relative_lm_weight``: each of ``lm_weights`` is a share of the old LM's weight (the
-    untuned default, :data:`DEFAULT_LM_WEIGHT`) rather than a weight of its own.
+    ``lm_weights`` None: the untuned default, :data:`DEFAULT_LM_WEIGHT` times the old LM's
+    weight (a quarter of it); given, each is a weight of its own.
+    ``unk_penalty`` None: the model's own (:func:`afp.options.build_options` fills it in from the
+    model; the engine alone reads None as 0).
+
+    These are the one set of defaults of every door (``afp rescore``, ``afp tune``, ``POST
+    /v1/rescore``, :meth:`afp.Model.rescore`, ``afp rescore-cuts``): each builds its options with
+    :func:`afp.options.build_options`, which starts from them.
+    ``match_case``: a word the model does not know as written but knows in another case (``the``
+    for an upper-case model) is scored as the model spells it (:mod:`lattices.case`); results
+    keep the input's spellings.
     ``decode``: ``viterbi`` or ``mbr``; ``mbr_nbest`` distinct hypotheses form MBR's hypothesis and
     evidence space, with posteriors ``softmax(mbr_scale * total)``.
     ``max_kbest_paths``: the n-best search (:mod:`lattices.kbest`) expands at most
@@ -83,9 +91,9 @@ class RescoreOptions:
     ``nbest_complete`` is false; the best path is always found.
     """
 
-    lm_weights: tuple[float, ...] = (1.0,)
+    lm_weights: tuple[float, ...] | None = None
     acoustic_scale: float | None = None
-    old_lm_weight: float | None = 0.0
+    old_lm_weight: float | None = None
     word_penalty: float | None = None
     nbest: int = 1
     max_expanded_arcs: int | None = 5_000_000
@@ -98,18 +106,20 @@ class RescoreOptions:
     deadline: float | None = None
     score_weights: tuple[tuple[str, float], ...] = ()
     old_lm_score: str | None = None
-    unk_penalty: float = 0.0
+    unk_penalty: float | None = None
     decode: str = "viterbi"
     mbr_nbest: int = 100
     mbr_scale: float = 1.0
-    relative_lm_weight: bool = False
+    match_case: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.score_weights, dict):
             object.__setattr__(self, "score_weights", tuple(self.score_weights.items()))
-        numbers = {"lm_weights": self.lm_weights, "old_lm_weight": (self.old_lm_weight or 0.0,),
+        if isinstance(self.lm_weights, list):
+            object.__setattr__(self, "lm_weights", tuple(self.lm_weights))
+        numbers = {"lm_weights": self.lm_weights or (), "old_lm_weight": (self.old_lm_weight or 0.0,),
                    "acoustic_scale": (self.acoustic_scale or 0.0,), "word_penalty": (self.word_penalty or 0.0,),
-                   "unk_penalty": (self.unk_penalty,), "mbr_scale": (self.mbr_scale,),
+                   "unk_penalty": (self.unk_penalty or 0.0,), "mbr_scale": (self.mbr_scale,),
                    "score_weights": tuple(w for _, w in self.score_weights)}
         for name, values in numbers.items():
             if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
@@ -125,8 +135,8 @@ class RescoreOptions:
             raise ValueError(f"mbr_nbest must be at least 1, got {self.mbr_nbest}")
         if self.mbr_scale < 0:
             raise ValueError(f"mbr_scale must not be negative, got {self.mbr_scale}")
-        if not self.lm_weights:
-            raise ValueError("lm_weights: give at least one weight")
+        if self.lm_weights is not None and not self.lm_weights:
+            raise WeightError("lm_weights: give at least one weight", "lm_weight")
         if self.nbest < 1:
             raise ValueError(f"nbest must be at least 1, got {self.nbest}")
         if self.prune_beam is not None and not self.prune_beam >= 0:
@@ -144,14 +154,33 @@ class RescoreOptions:
             named.setdefault("acoustic", self.acoustic_scale)
         return named
 
+    def at_point(self, point: Mapping[str, float]) -> RescoreOptions:
+        """These options at a point of ``afp tune``'s search (:func:`lattices.scored.point_weights`:
+        ``lm_weight``, ``old_lm_weight``, ``word_penalty``, ``unk_penalty`` and ``score:NAME``
+        entries over these options' own named weights), one LM weight, best path only."""
+        weights = point_weights(point, dict(self.score_weights))
+        return dataclasses.replace(self, lm_weights=(weights.lm_weight,), old_lm_weight=weights.old_lm_weight,
+                                   word_penalty=weights.word_penalty, unk_penalty=weights.unk_penalty,
+                                   score_weights=tuple(weights.score_weights.items()), decode="viterbi", nbest=1)
+
+    def old_weight(self, scored: ScoredLattice) -> float:
+        """The old LM's weight on ``scored``: ``old_lm_weight``, else the recogniser's own, else 1."""
+        if self.old_lm_weight is not None:
+            return self.old_lm_weight
+        old = scored.recogniser_weights()[1]
+        return 1.0 if old is None else old
+
+    def lm_weights_for(self, scored: ScoredLattice) -> tuple[float, ...]:
+        """The new LM's weights on ``scored``: ``lm_weights``, else :data:`DEFAULT_LM_WEIGHT` times
+        the old LM's weight."""
+        return self.lm_weights if self.lm_weights is not None else (DEFAULT_LM_WEIGHT * self.old_weight(scored),)
+
     def weights(self, lm_weight: float, scored: ScoredLattice) -> Weights:
-        """The weight setting for one LM weight, header defaults filled in."""
+        """The weight setting for one (absolute) LM weight, header defaults filled in."""
         penalty = self.word_penalty if self.word_penalty is not None else scored.default_word_penalty
-        named, old = scored.recogniser_weights()
-        old = self.old_lm_weight if self.old_lm_weight is not None else (1.0 if old is None else old)
-        return Weights(lm_weight=lm_weight * old if self.relative_lm_weight else lm_weight, old_lm_weight=old,
-                       word_penalty=penalty, unk_penalty=self.unk_penalty,
-                       score_weights={**named, **self.named_weights(scored.named)})
+        named = scored.recogniser_weights()[0]
+        return Weights(lm_weight=lm_weight, old_lm_weight=self.old_weight(scored), word_penalty=penalty,
+                       unk_penalty=self.unk_penalty or 0.0, score_weights={**named, **self.named_weights(scored.named)})
 
     def scales_for(self, lattice: Lattice) -> tuple[float, float]:
         """``(acoustic_scale, word_penalty)`` for ``lattice``, header defaults filled in."""
@@ -340,7 +369,7 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     return score_lattice(lattice, scorer, old_lm=old_lm, old_lm_score=options.old_lm_score,
                          acoustic_scale=acoustic_scale, word_penalty=word_penalty, skip=options.skip_words,
                          max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report,
-                         features=features)
+                         features=features, match_case=options.match_case)
 
 
 def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: float | None = None) -> list[RescoreResult]:
@@ -351,7 +380,7 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
     first_weights = scored.first_pass_weights(options.weights(1.0, scored))
     first = first_pass_best(scored, first_weights, labels)
     results = []
-    for lm_weight in options.lm_weights:
+    for lm_weight in options.lm_weights_for(scored):
         tick = time.perf_counter()
         weights = options.weights(lm_weight, scored)
         vector = scored.vector(weights)
@@ -383,7 +412,7 @@ def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: floa
             nbest=ranked[: options.nbest], stats=scored.stats, pruned=scored.pruned,
             arc_posteriors=posteriors.cpu() if posteriors is not None else None, lattice=rescored, seconds=timing,
             first_pass=first, decode=options.decode, score_weights=dict(zip(scored.named, vector.tolist())),
-            unk_penalty=options.unk_penalty, kbest_expanded=search.expanded, nbest_complete=not search.truncated,
+            unk_penalty=weights.unk_penalty, kbest_expanded=search.expanded, nbest_complete=not search.truncated,
             searched=lattice))
     return results
 
@@ -470,12 +499,3 @@ def _rescored_lattice(scored: ScoredLattice, vector: Tensor) -> Lattice:
         state_extra={k: take_extra(v, expansion.state_orig) for k, v in lattice.state_extra.items()},
         final_extra={k: take_extra(v, expansion.final_orig) for k, v in lattice.final_extra.items()})
 
-
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def _since(tick: float, device: torch.device) -> float:
-    return _clock(device) - tick

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lattices.case import model_spellings
 from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, expand_two_sided, lattice_word_map
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.ops import unique_rows
@@ -91,13 +92,31 @@ def check_totals(parts: Tensor, vector: Tensor, names: tuple[str, ...], totals: 
 
 @dataclass(frozen=True)
 class Weights:
-    """One weight setting (see the module docstring). ``score_weights`` maps names to ``w_k``."""
+    """One resolved weight setting (see the module docstring): every number the combination uses,
+    nothing left to a default. Not an options type: :class:`lattices.rescore.RescoreOptions` is
+    the one options type, and its :meth:`~lattices.rescore.RescoreOptions.weights` resolves it
+    into this for one lattice. ``score_weights`` maps names to ``w_k`` (a name left out weighs
+    1, ``acoustic`` the default acoustic scale)."""
 
-    lm_weight: float = 1.0
-    old_lm_weight: float = 0.0
-    word_penalty: float = 0.0
-    unk_penalty: float = 0.0
+    lm_weight: float
+    old_lm_weight: float
+    word_penalty: float
+    unk_penalty: float
     score_weights: Mapping[str, float] = field(default_factory=dict)
+
+
+#: the weight coordinates of a search point (:func:`point_weights`); named scores are ``score:NAME``
+POINT_WEIGHTS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
+SCORE_PREFIX = "score:"
+
+
+def point_weights(point: Mapping[str, float], named: Mapping[str, float] | None = None) -> Weights:
+    """The weights of a point of ``afp tune``'s search: its :data:`POINT_WEIGHTS` (0 where absent)
+    and its ``score:NAME`` entries as named score weights, over ``named``. The one reading of a
+    search point (the tuner, its line searches and the weights file it saves all use it)."""
+    scores = {**(named or {}), **{k[len(SCORE_PREFIX):]: float(v) for k, v in point.items()
+                                  if k.startswith(SCORE_PREFIX)}}
+    return Weights(**{name: float(point.get(name, 0.0)) for name in POINT_WEIGHTS}, score_weights=scores)
 
 
 def component_vector(names: tuple[str, ...], weights: Weights, default_acoustic_scale: float,
@@ -193,23 +212,28 @@ class ScoredLattice:
         named, old = self.recogniser_weights()
         off = {name: 0.0 for name in self.stats.get("features", ())}  # the features are not the first pass's
         if old is not None and set(named) | set(off) == set(self.named):
-            return Weights(lm_weight=0.0, old_lm_weight=old, word_penalty=0.0, score_weights={**named, **off})
-        return Weights(lm_weight=0.0, old_lm_weight=1.0, word_penalty=weights.word_penalty,
+            return Weights(lm_weight=0.0, old_lm_weight=old, word_penalty=0.0, unk_penalty=0.0,
+                           score_weights={**named, **off})
+        return Weights(lm_weight=0.0, old_lm_weight=1.0, word_penalty=weights.word_penalty, unk_penalty=0.0,
                        score_weights={**weights.score_weights, **off})
 
     def column(self, name: str) -> int:
         return self.names.index(name)
 
 
-def _model_ids(symbols: tuple[str, ...], used: Tensor, scorer: ContextScorer, device: torch.device) -> Tensor:
+def _model_ids(symbols: tuple[str, ...], used: Tensor, scorer: ContextScorer | WindowScorer, device: torch.device,
+               match_case: bool = True) -> tuple[Tensor, list[tuple[str, str]]]:
     """int64 ``(len(symbols) + 1,)``: the scorer's id of each used lattice symbol (PAD for unused
-    ones) and, last, of ``<s>``. Only the symbols the lattice uses are looked up."""
+    ones) and, last, of ``<s>``; and the ``(symbol, form)`` pairs looked up in another case
+    (:func:`lattices.case.model_spellings`). Only the symbols the lattice uses are looked up."""
     table = torch.full((len(symbols) + 1,), PAD, dtype=torch.int64)
     ids = used.tolist()
+    mapped: list[tuple[str, str]] = []
     if ids:
-        table[used.cpu()] = scorer.word_ids([symbols[i] for i in ids]).to(torch.int64)
+        spelled, mapped = model_spellings([symbols[i] for i in ids], scorer.known, match_case)
+        table[used.cpu()] = scorer.word_ids(spelled).to(torch.int64)
     table[-1] = scorer.bos_id
-    return table.to(device)
+    return table.to(device), mapped
 
 
 def lm_scores(expansion: Expansion, scorer: ContextScorer, model_ids: Tensor) -> tuple[Tensor, Tensor, dict[str, int]]:
@@ -307,7 +331,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
                   old_lm_score: str | None = None, acoustic_scale: float, word_penalty: float,
                   skip: frozenset[str] = DEFAULT_SKIP, max_arcs: int | None = None,
                   deadline: float | None = None, pruned: dict[str, Any] | None = None,
-                  features: Mapping[str, WindowScorer] | None = None) -> ScoredLattice:
+                  features: Mapping[str, WindowScorer] | None = None, match_case: bool = True) -> ScoredLattice:
     """Expand ``lattice`` to the order of its scorers and compute every component of every arc.
 
     Args:
@@ -321,6 +345,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
       old_lm_score: which named score is the old LM (default ``lm``, else ``graph``).
       acoustic_scale, word_penalty: the defaults of ``w_acoustic`` and the word penalty.
       max_arcs, deadline: the expansion's budget and time limit.
+      match_case: look a word each model does not know up in another case (:mod:`lattices.case`).
     Raises :class:`LatticeFormatError` for a lattice word a scorer gives probability 0 (a symbol
     the model never predicts, such as ``#1``, that ``skip`` does not skip).
     """
@@ -345,14 +370,15 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
     timing["expand"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
-    new_ids = _model_ids(symbols, used, scorer, device)
+    new_ids, recased = _model_ids(symbols, used, scorer, device, match_case)
     new_arc, new_final, counts = lm_scores(expansion, scorer, new_ids)
     named_scores = lattice.named_scores()
     old_name = old_lm_name(tuple(named_scores), old_lm_score, lattice.key)
     orig, final_orig = expansion.arc_orig, expansion.final_orig
     columns = {name: (arc[orig], final[final_orig]) for name, (arc, final) in named_scores.items()}
     if old_lm is not None:
-        old_arc, old_final, old_counts = lm_scores(expansion, old_lm, _model_ids(symbols, used, old_lm, device))
+        old_ids = _model_ids(symbols, used, old_lm, device, match_case)[0]
+        old_arc, old_final, old_counts = lm_scores(expansion, old_lm, old_ids)
         counts["old_lm_pairs"] = old_counts["scored_pairs"]
         if old_name is not None:  # the old LM's share of that score is replaced by the exact n-gram
             arc, final = columns[old_name]
@@ -365,7 +391,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
         if name in columns or name == old_name:
             raise ScoreNameError(f"lattice {lattice.key!r}: feature {name!r} has the name of one of its scores "
                                  f"({', '.join(named_scores)}): name it otherwise", "features")
-        ids = torch.cat([_model_ids(symbols, used, feature, device),
+        ids = torch.cat([_model_ids(symbols, used, feature, device, match_case)[0],
                          torch.tensor([feature.eos_id], dtype=torch.int64, device=device)])
         feature_arc, feature_final, feature_counts = window_scores(expansion, feature, ids, bos + 1)
         columns[name] = (feature_arc, feature_final)
@@ -374,7 +400,8 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
 
     known = torch.zeros(len(symbols), dtype=torch.bool)
     if used.numel():
-        known[used.cpu()] = scorer.known([symbols[i] for i in used.tolist()]).to(torch.bool)
+        forms = dict(recased)
+        known[used.cpu()] = scorer.known([forms.get(symbols[i], symbols[i]) for i in used.tolist()]).to(torch.bool)
     known = known.to(device)
     is_word = expansion.arc_lm_word != PAD
     arc_symbol = lattice.words[orig]
@@ -392,6 +419,7 @@ def score_lattice(lattice: Lattice, scorer: ContextScorer, *, old_lm: ContextSco
              "lattice_states": lattice.num_states, "lattice_arcs": lattice.num_arcs, "rho": expansion.rho,
              "future": expansion.future, "features": list(features),
              "oov": len(oov), "oov_words": oov[:50], "oov_share": len(oov) / max(1, len(lm_symbols)),
+             "recased": len(recased), "recased_words": [list(pair) for pair in recased[:20]],
              "old_lm_score": "old-lm scorer" if old_lm is not None else old_name, **counts}
     return ScoredLattice(lattice=lattice, expansion=expansion, names=names, arc_parts=arc_parts,
                          final_parts=final_parts, default_acoustic_scale=acoustic_scale,

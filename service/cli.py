@@ -444,6 +444,7 @@ def _grid(args: argparse.Namespace):
 
 def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
     from afp.tune import joint_tune
+    from afp.wer import CASE_NOTE
     from afp.weights import TunedWeights
 
     scores = tuple(n.strip() for n in (args.tune_score_weights or "").split(",") if n.strip())
@@ -457,7 +458,8 @@ def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
                   "cross_validated_wer": report.get("cross_validated", {}).get("wer"),
                   "utterances": report["utterances"], "inputs": list(args.inputs), "refs": args.refs,
                   "model": str(args.model or "bundled default"), "command": " ".join(["afp", *args.argv])}
-        TunedWeights.from_point(chosen["point"], {**record, "chosen": chosen["reason"]}).write(args.save)
+        TunedWeights.from_options(tuner.options.at_point(chosen["point"]),
+                                  {**record, "chosen": chosen["reason"]}).write(args.save)
         report["saved"] = args.save
     if args.json:
         print(json.dumps(report))
@@ -467,6 +469,8 @@ def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
         return " ".join(f"{k.removeprefix('score:')} {v:.4g}" for k, v in p.items())
 
     oracle = f", oracle {report['oracle_wer']:.2f}%" if report["oracle_wer"] is not None else ""
+    if report["ignore_case"]:
+        print(f"note: {CASE_NOTE}")
     print(f"{report['utterances']} utterances, {report['ref_words']} reference words; first pass WER "
           f"{report['first_pass_wer']:.2f}%{oracle}")
     start = report["start"]
@@ -498,6 +502,7 @@ def _comparison(c: dict[str, Any]) -> str:
 def _tune_grid(args: argparse.Namespace, tuner: Any, grid: Any) -> None:
     from afp.significance import compare
     from afp.tune import plot, tune, utterance_errors
+    from afp.wer import CASE_NOTE
     from afp.weights import TunedWeights
 
     report = tune(tuner, grid, mbr=args.mbr)
@@ -509,13 +514,16 @@ def _tune_grid(args: argparse.Namespace, tuner: Any, grid: Any) -> None:
     report["best"]["against_first_pass"] = compare(first, utterance_errors(tuner, {**point, **named}), words,
                                                    seed=args.seed).to_json()
     if args.save:
-        TunedWeights.from_point({**point, **named}, {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
-                                                     "grid": True}).write(args.save)
+        TunedWeights.from_options(tuner.options.at_point({**point, **named}),
+                                  {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"], "grid": True}
+                                  ).write(args.save)
     if args.plot:
         plot(report, args.plot, title=f"afp tune: {' '.join(args.inputs)}"[:90])
     if args.json:
         print(json.dumps(report))
         return
+    if report["ignore_case"]:
+        print(f"note: {CASE_NOTE}")
     print(f"{len(tuner.utterances)} utterances, {report['ref_words']} reference words; first pass WER "
           f"{report['first_pass_wer']:.2f}%" + (f", oracle {report['oracle_wer']:.2f}%" if report["oracle_wer"]
                                                is not None else ""))
@@ -538,7 +546,7 @@ def _tune_grid(args: argparse.Namespace, tuner: Any, grid: Any) -> None:
 
 def cmd_wer(args: argparse.Namespace) -> None:
     from afp.significance import compare
-    from afp.wer import read_hypotheses, read_references, score_transcripts
+    from afp.wer import CASE_NOTE, read_hypotheses, read_references, score_transcripts
 
     refs = read_references(args.refs)
     systems = [(path, score_transcripts(refs, read_hypotheses(path, args.lm_weight))) for path in args.hypotheses]
@@ -552,9 +560,12 @@ def cmd_wer(args: argparse.Namespace) -> None:
                                f"{len(base.keys)}): a significance test needs the same ones")
             row["against_first"] = compare(base.errors, scored.errors, base.ref_words, seed=args.seed).to_json()
         rows.append(row)
+    ignore_case = any(scored.ignore_case for _, scored in systems)
     if args.json:
-        print(json.dumps({"refs": args.refs, "systems": rows}))
+        print(json.dumps({"refs": args.refs, "ignore_case": ignore_case, "systems": rows}))
         return
+    if ignore_case:
+        print(f"note: {CASE_NOTE}")
     print(f"{'WER':>7} {'sub':>6} {'del':>6} {'ins':>6} {'ref words':>9} {'utts':>6}  hypotheses")
     for row in rows:
         print(f"{row['wer']:6.2f}% {row['substitutions']:6d} {row['deletions']:6d} {row['insertions']:6d} "
@@ -581,22 +592,6 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise CLIError(f"{flag} {text!r}: expected numbers separated by commas, or start:stop:step") from None
-
-
-def _score_weights(text: str | None) -> tuple[tuple[str, float], ...]:
-    """``decoder=0.6,ctc=0.4`` -> ``(("decoder", 0.6), ("ctc", 0.4))``."""
-    if not text:
-        return ()
-    out = []
-    for item in text.split(","):
-        name, sep, value = item.partition("=")
-        try:
-            if not sep or not name.strip():
-                raise ValueError
-            out.append((name.strip(), float(value)))
-        except ValueError:
-            raise CLIError(f"--score-weights {text!r}: expected NAME=WEIGHT,NAME=WEIGHT...") from None
-    return tuple(out)
 
 
 def _features(args: argparse.Namespace, loaded) -> dict[str, Any]:
@@ -678,30 +673,27 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk_default: float = 0.0):
-    """The engine's options of a command; ``unk_default``: the model's own unknown-word penalty
-    (:attr:`lm.checkpoint.LoadedModel.default_unk_penalty`) where ``--unk-penalty`` is not given."""
-    from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_OLD_LM_WEIGHT, RescoreOptions
+    """The engine's options of a command, by the one builder of every door
+    (:func:`afp.options.build_options`); ``unk_default``: the model's own unknown-word penalty."""
+    from afp.options import OptionsError, build_options
+    from afp.weights import TunedWeights
 
-    def given(name: str, default: Any) -> Any:
-        value = getattr(args, name, None)
-        return default if value is None else value
-
-    options = RescoreOptions(
-        lm_weights=tuple(given("lm_weight", [DEFAULT_LM_WEIGHT])), acoustic_scale=args.acoustic_scale,
-        old_lm_weight=given("old_lm_weight", DEFAULT_OLD_LM_WEIGHT), word_penalty=getattr(args, "word_penalty", None),
-        nbest=getattr(args, "nbest", 1), max_expanded_arcs=args.max_arcs, prune_beam=args.prune_beam,
-        posteriors=getattr(args, "posteriors", False), return_lattice=return_lattice, auto_prune=args.auto_prune,
-        score_weights=_score_weights(args.score_weights), old_lm_score=args.old_lm_score,
-        unk_penalty=given("unk_penalty", unk_default), decode=given("decode", "viterbi"),
-        mbr_nbest=args.mbr_nbest, mbr_scale=args.mbr_scale, relative_lm_weight=given("lm_weight", None) is None)
-    if getattr(args, "weights", None):
-        from afp.weights import SETS, TunedWeights
-
-        clash = [f"--{name.replace('_', '-')}" for name in SETS if getattr(args, name, None) is not None]
-        if clash:
-            raise CLIError(f"--weights {args.weights} sets the weights: give it or {', '.join(clash)}, not both")
-        options = TunedWeights.read(args.weights).apply(options)
-    return options
+    given = {name: getattr(args, name, None) for name in (
+        "lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "prune_beam",
+        "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode", "mbr_nbest",
+        "mbr_scale")}
+    given["return_lattice"] = return_lattice
+    given["match_case"] = False if getattr(args, "keep_case", False) else None
+    weights = TunedWeights.read(args.weights) if getattr(args, "weights", None) else None
+    try:
+        return build_options(given, weights=weights, unk_default=unk_default)
+    except OptionsError as err:
+        if weights is not None:
+            flags = [f"--{name.replace('_', '-')}" for name in ("lm_weight", "old_lm_weight", "word_penalty",
+                                                                "unk_penalty", "score_weights", "decode")
+                     if getattr(args, name, None) is not None]
+            raise CLIError(f"--weights {args.weights} sets the weights: give it or {', '.join(flags)}, not both") from None
+        raise CLIError(str(err)) from None
 
 
 def _add_score_precision(p: argparse.ArgumentParser) -> None:
@@ -748,6 +740,10 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
                    help="an acausal window model (afp train --future K) as the named score NAME: each path's "
                         "pseudo-log-likelihood, its words scored from the words around them; weight it with "
                         "--score-weights NAME=W (unset: 1; afp tune tunes it from 0); repeatable")
+    p.add_argument("--keep-case", action="store_true",
+                   help="look words up in the model only as written (default: a word the model knows only in "
+                        "another case, such as PocketSphinx's lower-case words for an upper-case model, is scored "
+                        "as the model spells it; results keep the input's spellings)")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
     p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs; default 5000000)")
     p.add_argument("--auto-prune", action="store_true",
@@ -901,7 +897,9 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(default: {DEFAULT_SCORE_ELEMENTS})")
         p.set_defaults(func=func)
 
-    formats = ["auto", "kaldi", "htk", "k2", "openfst", "json", "nbest-json", "srilm-nbest", "espnet-nbest"]
+    from lattices.formats import READ_FORMATS
+
+    formats = ["auto", *READ_FORMATS]
     inputs_help = ("files (gzip or not), '-' for stdin, Kaldi specifiers ark:FILE, ark,t:FILE, ark:- and "
                    "'ark:COMMAND |', or an ESPnet n-best directory (holding 1best_recog/ ... Nbest_recog/)")
     p = sub.add_parser("rescore", help="rescore lattices or n-best lists exactly with an AFP model",

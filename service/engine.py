@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lattices.diagnostics import unknown_words_warning, untuned_weights_warning
+from lattices.diagnostics import input_warnings, untuned_weights_warning
 from lattices.formats import output_format, read_json_value, read_lattices, write_lattices
 from lattices.formats.jsonfmt import lattice_to_json
 from lattices.formats.k2 import k2_dict_to_json, write_k2
@@ -30,10 +30,11 @@ from lm.corpus import strip_boundaries
 from lm.scorer import text_score
 from afp.batching import BatchingScorer
 from afp.symbols import SymbolTableError, words_table
+from afp.options import OptionsError, build_options
 from afp.weights import SETS, TunedWeights, WeightsFileError
 from service.errors import APIError
 from service.metrics import Metrics
-from service.schemas import RescoreRequest
+from service.schemas import RescoreOptionsModel, RescoreRequest
 from service.settings import Settings
 
 SOURCE = "request"
@@ -147,30 +148,20 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
     if request.nbest > settings.max_nbest:
         raise APIError(422, "invalid_request", f"nbest {request.nbest} is over the limit {settings.max_nbest}",
                        field="nbest")
-    weights = request.lm_weight if isinstance(request.lm_weight, list) else [request.lm_weight]
-    if not weights or len(weights) > 32:
+    if isinstance(request.lm_weight, list) and not 1 <= len(request.lm_weight) <= 32:
         raise APIError(422, "invalid_request", "give 1 to 32 LM weights", field="lm_weight")
-    named = request.score_weights or {}
+    given = {name: getattr(request, name) for name in request.model_fields_set
+             if name in RescoreOptionsModel.model_fields and name not in ("weights", "features")}
+    given.update(max_arcs=settings.max_expanded_arcs)
     try:  # RescoreOptions checks its numbers (finite weights and scales...): a bad one is the client's error
-        options = RescoreOptions(
-            lm_weights=tuple(weights), acoustic_scale=request.acoustic_scale, old_lm_weight=request.old_lm_weight,
-            word_penalty=request.word_penalty, nbest=request.nbest, max_expanded_arcs=settings.max_expanded_arcs,
-            prune_beam=request.prune_beam, posteriors=request.posteriors, return_lattice=request.return_lattice,
-            auto_prune=request.prune_if_too_large, score_weights=tuple(named.items()),
-            old_lm_score=request.old_lm_score, decode=request.decode, mbr_nbest=request.mbr_nbest,
-            mbr_scale=request.mbr_scale, relative_lm_weight="lm_weight" not in request.model_fields_set,
-            unk_penalty=request.unk_penalty if "unk_penalty" in request.model_fields_set else unk_default)
-        tuned = default_weights
-        if request.weights is not None:
-            tuned = TunedWeights.from_json(request.weights, source="weights")
-        if tuned is None:
-            return options
-        return tuned.apply(options, keep=request.model_fields_set & set(SETS))  # the request's own fields win
+        tuned = None if request.weights is None else TunedWeights.from_json(request.weights, source="weights")
+        return build_options(given, weights=tuned, default_weights=default_weights, fields_win=True,
+                             unk_default=unk_default)
     except WeightsFileError as err:
         raise APIError(422, "invalid_request", str(err), field="weights") from None
     except ValueError as err:
         raise APIError(422, "invalid_request", str(err),
-                       field=err.field if isinstance(err, WeightError) else None) from None
+                       field=getattr(err, "field", None) if isinstance(err, (WeightError, OptionsError)) else None) from None
 
 
 def serialize_lattice(lattice: Lattice, fmt: str) -> str | dict[str, Any] | list[Any]:
@@ -204,15 +195,17 @@ def rescore_request(request: RescoreRequest, runtime: Runtime,
     lattices = parse_lattices(request, settings, deadline)
     features = request_features(request, runtime)
     out, warnings = [], []
+    warned: set[str] = set()
     untuned = (runtime.weights is None and request.weights is None
                and not request.model_fields_set & set(SETS))
     for lattice in lattices:
         check_deadline(deadline)
         for result in rescore(lattice, runtime.scorer.until(deadline), options, device=runtime.device,
                               old_lm=runtime.old_lm, features=features):
-            warning = None if warnings else unknown_words_warning(result.key, result.stats, runtime.scorer.known)
-            if warning is not None:  # once per request, as afp rescore warns once per job
-                warnings.append(warning)
+            for kind, text in input_warnings(result.key, result.stats, runtime.scorer.known).items():
+                if kind not in warned:  # each kind once per request, as afp rescore warns once per job
+                    warned.add(kind)
+                    warnings.append(text)
             if untuned:
                 warnings.append(untuned_weights_warning(result.stats, result.old_lm_weight, result.lm_weight))
                 untuned = False

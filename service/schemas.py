@@ -6,11 +6,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from lattices.formats import READ_FORMATS, TEXT_FORMATS
 from lattices.lattice import describe
+from lattices.rescore import DEFAULT_LM_WEIGHT
 
-LatticeFormat = Literal["auto", "kaldi", "htk", "openfst", "json", "k2", "nbest-json", "srilm-nbest"]
+#: every format lattices.formats reads, but a directory of files (espnet-nbest)
+LatticeFormat = Literal[tuple(["auto", *(f for f in READ_FORMATS if f != "espnet-nbest")])]  # type: ignore[valid-type]
 #: formats whose lattice is text (a JSON string), and those whose lattice is a JSON object or list
-TEXT_FORMATS = ("kaldi", "htk", "openfst", "srilm-nbest")
 OBJECT_FORMATS = ("k2",)
 #: a finite number; a finite number that is not negative (a weight of a log-probability)
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -26,8 +28,8 @@ class RescoreOptionsModel(BaseModel):
 
     nbest: int = Field(default=1, ge=1, description="distinct word sequences to return")
     lm_weight: Weight | Annotated[list[Weight], Field(min_length=1, max_length=32)] = Field(
-        default=0.25, description="new-LM weight, or a list of 1 to 32 evaluated in one pass; unset: the untuned "
-                                  "default, a quarter of the old LM's weight")
+        default=DEFAULT_LM_WEIGHT, description=f"new-LM weight, or a list of 1 to 32 evaluated in one pass; unset: the "
+                                               f"untuned default, {DEFAULT_LM_WEIGHT:g} times the old LM's weight")
     old_lm_weight: Weight | None = Field(
         default=None, description="0 replaces the old LM, 1 keeps it; unset: the recogniser's own weight of its LM "
                                   "where the input tells it (an n-best list's totals), else 1")
@@ -46,6 +48,9 @@ class RescoreOptionsModel(BaseModel):
     unk_penalty: Finite = Field(default=0.0, description="log-probability added to each word scored as <unk>; "
                                                          "unset: the model's own (GET /v1/models, default_unk_penalty)")
     decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
+    match_case: bool = Field(default=True, description="a word the model knows only in another case (lower-case "
+                                                       "input, upper-case model) is scored as the model spells it; "
+                                                       "results keep the input's spellings. false: as written only")
     mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
     mbr_scale: Finite = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
     features: list[str] | None = Field(
@@ -134,6 +139,9 @@ class LatticeResult(BaseModel):
     rho: int
     oov: int = Field(description="distinct out-of-vocabulary words in the lattice (scored as <unk>)")
     oov_words: list[str]
+    recased: int = Field(default=0, description="distinct words looked up in the model's case (match_case)")
+    recased_words: list[list[str]] = Field(default_factory=list, description="[word, the model's spelling] pairs "
+                                                                            "(the first 20)")
     kbest_expanded: int = Field(default=0, description="(state, word prefix) nodes the n-best search expanded")
     nbest_complete: bool = Field(default=True, description="false when the n-best search stopped at its bound "
                                  "(max_kbest_paths) before finding every hypothesis asked for")

@@ -197,3 +197,13 @@ def espnet_subset(source: Path, out: Path, utterances: int) -> Path:
             lines = (folder / name).read_text().splitlines()[:utterances]
             (out / folder.name / name).write_text("\n".join(lines) + "\n")
     return out
+
+
+def replacing_options(**fields):
+    """Engine options that replace the first-pass LM by the new one at weight 1 (``lm_weights``
+    (1.0,), ``old_lm_weight`` 0, no unknown-word penalty) unless ``fields`` say otherwise: the
+    setting the engine's exactness tests compare with brute force. (``RescoreOptions()`` itself
+    has the doors' untuned defaults: the old LM kept, the new LM at a quarter of its weight.)"""
+    from lattices.rescore import RescoreOptions
+
+    return RescoreOptions(**{"lm_weights": (1.0,), "old_lm_weight": 0.0, "unk_penalty": 0.0, **fields})

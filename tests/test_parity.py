@@ -65,6 +65,10 @@ CASES = {
     # name: (input file, format, options as CLI flags, the same as HTTP fields)
     "lattice-viterbi": ("lattices.txt", "kaldi", ["--unk-penalty", "-3", "--old-lm-weight", "0.5"],
                         {"unk_penalty": -3, "old_lm_weight": 0.5}),
+    # the same lattices in upper case, for a lower-case model: every door looks the words up in the
+    # model's case (match_case) and answers with the input's own spellings
+    "lattice-other-case": ("lattices-upper.txt", "kaldi", ["--unk-penalty", "-3", "--old-lm-weight", "0.5"],
+                           {"unk_penalty": -3, "old_lm_weight": 0.5}),
     "lattice-mbr": ("lattices.txt", "kaldi", ["--unk-penalty", "-3", "--decode", "mbr", "--mbr-scale", "0.5"],
                     {"unk_penalty": -3, "decode": "mbr", "mbr_scale": 0.5}),
     "nbest-viterbi": ("nbest.json", "nbest-json", ["--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.3",
@@ -79,11 +83,23 @@ CASES = {
 Answer = dict[tuple[str, float], tuple[list[str], float]]
 
 
+def upper_case(text: str) -> str:
+    """A Kaldi text archive with its words (not ``<unk>``, ``!SIL``, the keys) in upper case."""
+    lines = []
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if len(parts) == 4 and parts[2] not in ("<unk>", "!SIL"):
+            parts[2] = parts[2].upper()
+        lines.append(" ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("parity")
     saved_model(root / "model", cell="gru", mode="afp", rho=2)
     (root / "lattices.txt").write_text(LATTICES)
+    (root / "lattices-upper.txt").write_text(upper_case(LATTICES))
     (root / "nbest.json").write_text(json.dumps(NBEST))
     (root / "G.arpa").write_text(HAND)
     write_mixture(root / "mixture", [root / "model", root / "G.arpa"], [0.7, 0.3])
@@ -164,10 +180,45 @@ def assert_same(expected: Answer, got: Answer, door: str) -> None:
         assert got[key][1] == pytest.approx(score, abs=1e-4), (door, key)
 
 
+def brute_force_answer(root: Path, name: str, model: str) -> Answer:
+    """The expected answer of a Viterbi lattice case, computed without the engine: every path of
+    each lattice enumerated, its words scored as a sentence by the model and by the old LM
+    (``afp.Model.score``, the ``afp score`` path), and combined by the formula of
+    :mod:`lattices.scored` (acoustic at 0.1, the graph score's rest at 1, the old LM at
+    ``old_lm_weight``, the new LM and its unknown-word penalty at the LM weight)."""
+    import afp
+    from tests.factories import all_paths
+
+    path, fmt, _, fields = CASES[name]
+    new_lm, old_lm = afp.load_model(root / model), afp.load_model(root / "G.arpa")
+    out: Answer = {}
+    for lattice in read_lattice_file(root / path, fmt):
+        paths = []
+        for arcs, final in all_paths(lattice):
+            words = [lattice.symbols[w] for w in lattice.words[arcs].tolist() if lattice.symbols[w] not in ("<eps>", "!SIL")]
+            new, old = new_lm.score([words])[0], old_lm.score([words])[0]
+            acoustic = float(lattice.acoustic[arcs].sum() + lattice.final_acoustic[final])
+            graph = float(lattice.graph[arcs].sum() + lattice.final_graph[final])
+            paths.append((words, acoustic, graph, old.logprob, new.logprob, new.unknown))
+        for weight in LM_WEIGHTS:
+            totals = [(0.1 * ac + (g - old) + fields.get("old_lm_weight", 1.0) * old
+                       + weight * (new + fields.get("unk_penalty", 0.0) * unk), words)
+                      for words, ac, g, old, new, unk in paths]
+            score, words = max(totals, key=lambda t: t[0])
+            out[(lattice.key, weight)] = (words, score)
+    return out
+
+
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_door_gives_the_same_answer(capsys, setup, name, model):
     reference = cli_answer(capsys, setup, name, [], model)
+    if name == "lattice-viterbi":  # and the answer is the right one, not only the same one
+        assert_same(brute_force_answer(setup, name, model), reference, "brute force")
+    if name == "lattice-other-case":  # the lower-case answer, in the input's spellings
+        lower = brute_force_answer(setup, "lattice-viterbi", model)
+        spelled = {k: ([w if w == "<unk>" else w.upper() for w in words], score) for k, (words, score) in lower.items()}
+        assert_same(spelled, reference, "brute force, other case")
     assert len(reference) == 2 * len(LM_WEIGHTS)
     words = {w for words, _ in reference.values() for w in words}
     assert words & {"<unk>", "zork", "quux"}, "the inputs' unknown words were never chosen: the test would not see them"

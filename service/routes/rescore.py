@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from afp.options import OptionsError, parse_score_weights
 from service.bodies import is_json_type, json_response, parse_json, validate
 from service.deps import RuntimeDep, in_worker
 from service.engine import Runtime, rescore_request
@@ -50,16 +51,12 @@ def _query_parameters() -> list[dict[str, Any]]:
     return out
 
 
-def _score_weights(text: str) -> dict[str, str]:
-    """``decoder=0.6,ctc=0.4`` -> ``{"decoder": "0.6", "ctc": "0.4"}`` (validated as numbers later)."""
-    weights = {}
-    for item in text.split(","):
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise APIError(422, "invalid_request", f"score_weights {excerpt(text, 80)!r}: expected NAME=WEIGHT,"
-                                                   f"NAME=WEIGHT... (decoder=0.6,ctc=0.4)", field="score_weights")
-        weights[name.strip()] = value.strip()
-    return weights
+def _score_weights(text: str) -> dict[str, float]:
+    """``decoder=0.6,ctc=0.4`` -> ``{"decoder": 0.6, "ctc": 0.4}`` (:func:`afp.options.parse_score_weights`)."""
+    try:
+        return parse_score_weights(text)
+    except OptionsError as err:
+        raise APIError(422, "invalid_request", f"{err}", field="score_weights") from None
 
 
 def _from_query(query: list[tuple[str, str]], text: str) -> RescoreRequest:

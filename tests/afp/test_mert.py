@@ -87,7 +87,7 @@ def test_significance_of_identical_and_of_clearly_different_systems():
 def test_a_weights_file_round_trips_and_applies(tmp_path):
     point = {"lm_weight": 0.35, "old_lm_weight": 0.6, "word_penalty": 0.5, "unk_penalty": -4.0, "score:decoder": 0.6}
     path = tmp_path / "w.json"
-    TunedWeights.from_point(point, {"wer": 3.4}).write(path)
+    TunedWeights.from_options(RescoreOptions().at_point(point), {"wer": 3.4}).write(path)
     weights = TunedWeights.read(path)
     assert json.loads(path.read_text())["format"] == "afp-weights/1"
     options = weights.apply(RescoreOptions(nbest=5, lm_weights=(1.0, 2.0)))

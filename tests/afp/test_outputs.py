@@ -20,7 +20,7 @@ from lm.scorer import LMScorer
 from service.cli import main
 from afp.outputs import ctm_lines, nbest_text_lines, transcript_line
 from afp.wspec import OutputError, WriteSpec
-from tests.factories import make_model, tiny_vocab
+from tests.factories import replacing_options, make_model, tiny_vocab
 
 # Kaldi CompactLattices with transition ids (one per frame). With --lm-weight 0 only acoustics
 # count (x 0.1): utt1's best is "the cat sat" (10+8+9), then "a cat sat" (12+8+9); utt2's
@@ -87,7 +87,7 @@ def words_txt(tmp_path):
 def results(scorer, text=ARCHIVE, **options):
     options = {"lm_weights": (0.0,), **options}
     lattices = read_kaldi(text, WORDS) if "\nJ=" not in text else [read_htk(text)]
-    return [rescore(lattice, scorer, RescoreOptions(**options))[0] for lattice in lattices]
+    return [rescore(lattice, scorer, replacing_options(**options))[0] for lattice in lattices]
 
 
 def afp(capsys, argv, status=0):

@@ -14,7 +14,7 @@ from lm.scorer import LMScorer
 from service.cli import main
 from afp.tune import Grid, Tuner, tune
 from afp.wer import word_errors
-from tests.factories import WORDS, make_model, random_lattice, saved_model, tiny_vocab
+from tests.factories import replacing_options, WORDS, make_model, random_lattice, saved_model, tiny_vocab
 
 VOCAB = tiny_vocab()
 GRID = Grid(lm_weights=(0.0, 0.5, 1.0, 2.0), old_lm_weights=(0.0, 1.0), word_penalties=(0.0, 2.0),
@@ -51,7 +51,7 @@ def dev_set(count: int, seed: int = 0) -> tuple[list[NBestList], dict[str, list[
 
 
 def engine_errors(lattices, refs, scorer, point, options) -> int:
-    options = RescoreOptions(lm_weights=(point["lm_weight"],), old_lm_weight=point["old_lm_weight"],
+    options = replacing_options(lm_weights=(point["lm_weight"],), old_lm_weight=point["old_lm_weight"],
                              word_penalty=point["word_penalty"], unk_penalty=point["unk_penalty"],
                              score_weights=options.score_weights, acoustic_scale=options.acoustic_scale)
     return sum(word_errors(refs[lat.key], rescore(lat, scorer, options)[0].best.words).errors for lat in lattices)
@@ -60,7 +60,7 @@ def engine_errors(lattices, refs, scorer, point, options) -> int:
 def test_every_grid_point_equals_rescoring_with_its_weights():
     lists, refs = dev_set(25)
     scorer = lm_scorer()
-    options = RescoreOptions(score_weights={"decoder": 0.5})
+    options = replacing_options(score_weights={"decoder": 0.5})
     tuner = Tuner(scorer, options, refs)
     tuner.add(nbest_to_lattice(n) for n in lists)
     assert all(u.hyp_parts is not None for u in tuner.utterances)  # n-best lists take the fast path
@@ -73,7 +73,7 @@ def test_every_grid_point_equals_rescoring_with_its_weights():
 
 def test_first_pass_oracle_and_report():
     lists, refs = dev_set(30, seed=4)
-    tuner = Tuner(lm_scorer(), RescoreOptions(), refs, mbr=True)
+    tuner = Tuner(lm_scorer(), replacing_options(), refs, mbr=True)
     tuner.add(nbest_to_lattice(n) for n in lists)
     first = sum(word_errors(refs[n.key], list(n.hypotheses[0].words)).errors for n in lists)
     oracle = sum(min(word_errors(refs[n.key], list(h.words)).errors for h in n.hypotheses) for n in lists)
@@ -90,7 +90,7 @@ def test_first_pass_oracle_and_report():
 def test_lattices_take_the_search_path_with_the_same_answers(seed):
     lattices = [random_lattice(seed * 10 + i, key=f"l{i}") for i in range(4)]
     scorer = lm_scorer(seed)
-    options = RescoreOptions(acoustic_scale=0.1)
+    options = replacing_options(acoustic_scale=0.1)
     first = [rescore(lat, scorer, options)[0].best.words for lat in lattices]
     refs = {lat.key: words[:-1] + ["extra"] for lat, words in zip(lattices, first)}
     tuner = Tuner(scorer, options, refs)

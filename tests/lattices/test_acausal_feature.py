@@ -10,7 +10,7 @@ from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import load_checkpoint
 from lm.scorer import LMScorer, WindowScorer, score_sentences
-from tests.factories import SHARED_DATA, WORDS, espnet_subset, random_lattice, saved_model
+from tests.factories import replacing_options, SHARED_DATA, WORDS, espnet_subset, random_lattice, saved_model
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +38,11 @@ def test_every_hypothesis_of_a_lattice_has_its_exact_acausal_score(models, seed)
     causal, windows = models
     lattice = random_lattice(seed, num_states=7, extra_arcs=6, symbols=("<eps>", *WORDS[:6], "!SIL", "zork"))
     features = {"acausal": windows[1], "wide": windows[3]}
-    options = RescoreOptions(nbest=40, score_weights=(("acausal", 0.5), ("wide", 0.25)), old_lm_weight=1.0)
+    options = replacing_options(nbest=40, score_weights=(("acausal", 0.5), ("wide", 0.25)), old_lm_weight=1.0)
     results = rescore(lattice, causal, options, features=features)
     check_exact(results, causal, features)
     assert results[0].stats["future"] == 3 and results[0].stats["acausal_windows"] > 0
-    plain = rescore(lattice, causal, RescoreOptions(nbest=40, old_lm_weight=1.0))
+    plain = rescore(lattice, causal, replacing_options(nbest=40, old_lm_weight=1.0))
     assert plain[0].stats["expanded_arcs"] <= results[0].stats["expanded_arcs"]
 
 
@@ -51,7 +51,7 @@ def test_an_nbest_list_and_the_first_pass_without_the_feature(models):
     hyps = (("the", "cat", "sat"), ("the", "cat"), ("a", "cat", "sat", "down"), ("the", "dog", "sat"), ())
     nbest = NBestList("u", tuple(NBestHypothesis(h, {"decoder": -1.0 - i, "lm": -5.0 - i}) for i, h in enumerate(hyps)))
     features = {"acausal": windows[1]}
-    options = RescoreOptions(nbest=10, score_weights=(("acausal", 3.0), ("decoder", 1.0)), old_lm_weight=1.0)
+    options = replacing_options(nbest=10, score_weights=(("acausal", 3.0), ("decoder", 1.0)), old_lm_weight=1.0)
     results = rescore(nbest_to_lattice(nbest), causal, options, features=features)
     check_exact(results, causal, features)
     assert len(results[0].nbest) == len(hyps)
@@ -62,7 +62,7 @@ def test_a_feature_may_not_take_the_name_of_a_score(models):
     causal, windows = models
     nbest = NBestList("u", (NBestHypothesis(("the", "cat"), {"decoder": -1.0}),))
     with pytest.raises(ValueError, match="feature 'decoder' has the name of one of its scores"):
-        rescore(nbest_to_lattice(nbest), causal, RescoreOptions(), features={"decoder": windows[1]})
+        rescore(nbest_to_lattice(nbest), causal, replacing_options(), features={"decoder": windows[1]})
 
 
 def test_every_door_adds_the_same_feature(tmp_path, capsys):
@@ -109,7 +109,7 @@ def test_every_door_adds_the_same_feature(tmp_path, capsys):
         str(lattices), features={"acausal": str(window)}, score_weights={"acausal": 2}, lm_weight=0.5,
         old_lm_weight=1)]))
     assert all(run == runs[0] for run in runs[1:]), runs
-    tuner = Tuner(model.scorer, RescoreOptions(), {"u1": ["the", "cat", "sat"], "u2": ["big", "dog", "ran"]},
+    tuner = Tuner(model.scorer, replacing_options(), {"u1": ["the", "cat", "sat"], "u2": ["big", "dog", "ran"]},
                   features={"acausal": WindowScorer(load_checkpoint(window), precision="fp32")})
     tuner.add(read_lattice_file(lattices, "kaldi"))
     report = joint_tune(tuner, restarts=1, folds=1)

@@ -18,7 +18,7 @@ from lm.corpus import encode
 from lm.ngram import NgramScorer, read_arpa
 from lm.scorer import LMScorer, score_sentences
 from lm.vocab import Vocabulary
-from tests.factories import make_model, patterned_sentences, random_lattice, tiny_vocab
+from tests.factories import replacing_options, make_model, patterned_sentences, random_lattice, tiny_vocab
 
 
 def ngram(tmp_path, name: str, order: int, sentences: list[list[str]]) -> NgramScorer:
@@ -155,7 +155,7 @@ def test_rescoring_with_a_mixture_is_exact(tmp_path):
     """Every n-best hypothesis's LM score is the sum of its tokens' mixture log-probabilities."""
     a, c = ngram(tmp_path, "a", 4, corpus_a()), neural()
     mixed = InterpolatedScorer([a, c], [0.7, 0.3])
-    options = RescoreOptions(lm_weights=(1.0,), acoustic_scale=0.0, nbest=5)
+    options = replacing_options(lm_weights=(1.0,), acoustic_scale=0.0, nbest=5)
     for seed in range(3):
         (result,) = rescore(random_lattice(seed, num_states=7, extra_arcs=6), mixed, options)
         assert result.stats["rho"] == 3 and result.nbest

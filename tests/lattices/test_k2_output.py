@@ -23,7 +23,7 @@ from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
-from tests.factories import all_paths, make_model, random_lattice, tiny_vocab
+from tests.factories import replacing_options, all_paths, make_model, random_lattice, tiny_vocab
 from tests.lattices.test_k2 import WORDS, transducer
 from tests.lattices.test_real_lattices import FILES, model_for
 
@@ -124,7 +124,7 @@ def scorer_for(rho: int = 2) -> LMScorer:
 
 
 def rescored(lattice: Lattice, scorer: LMScorer) -> Lattice:
-    result = rescore(lattice, scorer, RescoreOptions(return_lattice=True))[0]
+    result = rescore(lattice, scorer, replacing_options(return_lattice=True))[0]
     assert result.lattice is not None
     return result.lattice
 

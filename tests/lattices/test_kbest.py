@@ -13,7 +13,7 @@ from lattices.rescore import RescoreOptions, rescore
 from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
-from tests.factories import DEVICES, LATTICE_SYMBOLS, make_model, tiny_vocab
+from tests.factories import replacing_options, DEVICES, LATTICE_SYMBOLS, make_model, tiny_vocab
 
 
 def make_dag(num_states: int, arcs: list[tuple[int, int, float, int]], finals: dict[int, float],
@@ -157,7 +157,7 @@ def test_rescore_of_a_lattice_of_same_word_paths_is_bounded():
         arcs += [(s, s + 1, word, -rng.random(), -rng.random()), (s, s + 1, word if s % 2 == 0 else 0, -rng.random(),
                                                                   -rng.random())]
     lattice = Lattice.from_arcs("same-words", arcs, {400: (0.0, 0.0)}, symbols)
-    (result,) = rescore(lattice, scorer, RescoreOptions(nbest=2))
+    (result,) = rescore(lattice, scorer, replacing_options(nbest=2))
     assert len(result.nbest) == 1 and result.nbest_complete
     assert result.kbest_expanded <= result.stats["expanded_states"] == 401
 
@@ -191,12 +191,12 @@ def test_rescore_honours_max_kbest_paths():
     rng = random.Random(3)
     arcs = [(s, s + 1, 1 + w, -rng.uniform(0, 5), 0.0) for s in range(6) for w in range(3)]
     lattice = Lattice.from_arcs("alternatives", arcs, {6: (0.0, 0.0)}, LATTICE_SYMBOLS)
-    (full,) = rescore(lattice, scorer, RescoreOptions(nbest=100))
-    (cut,) = rescore(lattice, scorer, RescoreOptions(nbest=100, max_kbest_paths=1))
+    (full,) = rescore(lattice, scorer, replacing_options(nbest=100))
+    (cut,) = rescore(lattice, scorer, replacing_options(nbest=100, max_kbest_paths=1))
     assert full.nbest_complete and len(full.nbest) == 100
     assert not cut.nbest_complete and cut.kbest_expanded == cut.stats["expanded_states"]
     assert cut.to_json()["nbest_complete"] is False
     assert 1 <= len(cut.nbest) < 100
     assert [h.words for h in cut.nbest] == [h.words for h in full.nbest[: len(cut.nbest)]]
     with pytest.raises(ValueError, match="max_kbest_paths"):
-        RescoreOptions(max_kbest_paths=0)
+        replacing_options(max_kbest_paths=0)

@@ -9,6 +9,7 @@ from torch.overrides import TorchFunctionMode
 
 from lattices.kbest import search_distinct
 from lattices.lattice import Lattice
+from tests.factories import replacing_options
 from lattices.rescore import RescoreOptions, rescore
 from lattices.search import Dag
 
@@ -88,7 +89,7 @@ def test_searches_allocate_linearly_in_the_number_of_levels():
 
 
 def test_parsing_expansion_and_rescoring_allocate_linearly():
-    options = RescoreOptions(nbest=2, posteriors=True, prune_beam=50.0)
+    options = replacing_options(nbest=2, posteriors=True, prune_beam=50.0)
     small, large = (allocated(lambda n=n: rescore(chain(n), TinyScorer(), options)) for n in (100, 400))
     assert large <= 4.2 * small, (small, large)
 
@@ -96,7 +97,7 @@ def test_parsing_expansion_and_rescoring_allocate_linearly():
 @pytest.mark.parametrize("n", [2000])
 def test_long_chain_rescores_to_its_only_path(n):
     lattice = chain(n)
-    (result,) = rescore(lattice, TinyScorer(), RescoreOptions(nbest=3, posteriors=True))
+    (result,) = rescore(lattice, TinyScorer(), replacing_options(nbest=3, posteriors=True))
     assert result.best.arcs == list(range(n)) and len(result.nbest) == 1 and result.nbest_complete
     assert torch.allclose(result.arc_posteriors, torch.ones(n, dtype=torch.float64))
     assert result.kbest_expanded == n + 1

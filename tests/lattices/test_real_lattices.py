@@ -12,7 +12,7 @@ from lm.checkpoint import LoadedModel
 from lm.corpus import collate, encode
 from lm.scorer import LMScorer
 from lm.vocab import Vocabulary
-from tests.factories import SHARED_DATA, make_model
+from tests.factories import replacing_options, SHARED_DATA, make_model
 
 LATTICES = SHARED_DATA / "lattices"
 FILES = {
@@ -51,7 +51,7 @@ def test_nbest_lm_scores_equal_sentence_scores(name, rho, cell):
     model, scorer = model_for(lattices, rho, cell)
     checked = 0
     for lattice in lattices:
-        result = rescore(lattice, scorer, RescoreOptions(nbest=20))[0]
+        result = rescore(lattice, scorer, replacing_options(nbest=20))[0]
         words = [h.words for h in result.nbest]
         assert len({tuple(w) for w in words}) == len(words)  # distinct word sequences
         assert [h.score for h in result.nbest] == sorted((h.score for h in result.nbest), reverse=True)
@@ -72,7 +72,7 @@ def test_best_path_of_small_real_lattice_is_brute_force_best():
 
     (lattice,) = lattices_of("theanolm-slf")
     model, scorer = model_for([lattice], 2, "elman")
-    result = rescore(lattice, scorer, RescoreOptions())[0]
+    result = rescore(lattice, scorer, replacing_options())[0]
     paths = all_paths(lattice)
     assert len(paths) > 1
     sentences = [[w for w in (lattice.symbols[int(lattice.words[a])] for a in arcs) if w not in DEFAULT_SKIP]
@@ -92,7 +92,7 @@ def test_rescored_real_lattices_write_back_in_their_format(tmp_path):
     for name, fmt in (("ami-kaldi", "kaldi"), ("theanolm-slf", "htk")):
         lattices = lattices_of(name)[:3]
         _, scorer = model_for(lattices, 2, "elman")
-        rescored = [rescore(lat, scorer, RescoreOptions(return_lattice=True))[0] for lat in lattices]
+        rescored = [rescore(lat, scorer, replacing_options(return_lattice=True))[0] for lat in lattices]
         again = []
         for result in rescored:
             again += read_lattices(write_lattices([result.lattice], fmt), fmt, symbols=result.lattice.symbols)
@@ -104,7 +104,7 @@ def test_rescored_real_lattices_write_back_in_their_format(tmp_path):
             else:  # HTK has no final weights: the </s> scores move onto arcs into one extra !NULL node
                 assert back.num_arcs == result.lattice.num_arcs + len(result.lattice.finals)
             # the rescored lattice's own best path is the engine's best hypothesis
-            best = rescore(back, _ZeroScorer(scorer), RescoreOptions(
+            best = rescore(back, _ZeroScorer(scorer), replacing_options(
                 acoustic_scale=result.acoustic_scale, old_lm_weight=1.0, word_penalty=result.word_penalty))[0]
             assert best.best.words == result.best.words
             assert best.best.score == pytest.approx(result.best.score, abs=1e-6)

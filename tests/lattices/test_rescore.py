@@ -14,7 +14,7 @@ from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.corpus import collate, encode
 from lm.scorer import LMScorer
-from tests.factories import DEVICES, all_paths, make_model, random_lattice, tiny_vocab
+from tests.factories import replacing_options, DEVICES, all_paths, make_model, random_lattice, tiny_vocab
 
 VOCAB = tiny_vocab()
 MODELS = [
@@ -60,7 +60,7 @@ def brute_force(lattice, model, acoustic_scale, lm_weight=1.0, old_weight=0.0, p
 def test_every_path_scores_exactly_and_best_is_brute_force_best(fields, seed, device):
     model, scorer = scorer_for(fields, device)
     lattice = random_lattice(seed, num_states=8, extra_arcs=8)
-    options = RescoreOptions(nbest=10_000, acoustic_scale=0.07, old_lm_weight=0.3, word_penalty=-0.5)
+    options = replacing_options(nbest=10_000, acoustic_scale=0.07, old_lm_weight=0.3, word_penalty=-0.5)
     result = rescore(lattice, scorer, options, device=device)[0]
     expected = brute_force(lattice, model, 0.07, 1.0, 0.3, -0.5)
     # every distinct word sequence appears once, with its best path's score, in the right order
@@ -121,7 +121,7 @@ def test_histories_merge_beyond_rho():
 def test_several_lm_weights_share_one_expansion():
     model, scorer = scorer_for(MODELS[1])
     lattice = random_lattice(3)
-    results = rescore(lattice, scorer, RescoreOptions(lm_weights=(0.0, 1.0, 5.0), acoustic_scale=0.1))
+    results = rescore(lattice, scorer, replacing_options(lm_weights=(0.0, 1.0, 5.0), acoustic_scale=0.1))
     assert [r.lm_weight for r in results] == [0.0, 1.0, 5.0]
     for r in results:
         expected = brute_force(lattice, model, 0.1, r.lm_weight)[0]
@@ -132,7 +132,7 @@ def test_several_lm_weights_share_one_expansion():
 def test_posteriors_match_brute_force():
     model, scorer = scorer_for(MODELS[2])
     lattice = random_lattice(5)
-    result = rescore(lattice, scorer, RescoreOptions(acoustic_scale=0.1, posteriors=True))[0]
+    result = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1, posteriors=True))[0]
     paths = brute_force(lattice, model, 0.1)
     z = torch.logsumexp(torch.tensor([t for t, *_ in paths], dtype=torch.float64), 0)
     expected = torch.zeros(lattice.num_arcs, dtype=torch.float64)
@@ -147,7 +147,7 @@ def test_budget_error_names_the_budget():
     _, scorer = scorer_for(MODELS[3])
     lattice = random_lattice(2, num_states=10, extra_arcs=20)
     with pytest.raises(ExpansionTooLarge, match="budget of 5 arcs"):
-        rescore(lattice, scorer, RescoreOptions(max_expanded_arcs=5))
+        rescore(lattice, scorer, replacing_options(max_expanded_arcs=5))
 
 
 def test_pruning_keeps_paths_near_the_best_and_reports_it():
@@ -168,7 +168,7 @@ def test_pruning_keeps_paths_near_the_best_and_reports_it():
     assert max(s for s, _, _ in after) == best
     for arc in range(pruned.num_arcs):  # and every kept arc lies on a path within the beam
         assert max(s for s, _, arcs in after if arc in arcs) >= best - 3.0 - 1e-6
-    result = rescore(lattice, scorer, RescoreOptions(prune_beam=3.0, acoustic_scale=0.1, nbest=50))[0]
+    result = rescore(lattice, scorer, replacing_options(prune_beam=3.0, acoustic_scale=0.1, nbest=50))[0]
     assert result.pruned == report
     for hyp in result.nbest:  # exactness holds for every surviving path
         assert hyp.lm_logprob == pytest.approx(sentence_logprob(model, hyp.words), abs=1e-4)
@@ -177,7 +177,7 @@ def test_pruning_keeps_paths_near_the_best_and_reports_it():
 def test_rescored_lattice_carries_the_new_scores():
     model, scorer = scorer_for(MODELS[1])
     lattice = random_lattice(9)
-    result = rescore(lattice, scorer, RescoreOptions(acoustic_scale=0.1, return_lattice=True))[0]
+    result = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1, return_lattice=True))[0]
     rescored = result.lattice.validate()
     assert rescored.num_arcs == result.stats["expanded_arcs"]
     own = [(0.1 * float(rescored.acoustic[a].sum() + rescored.final_acoustic[f])
@@ -191,7 +191,7 @@ def test_oov_words_are_counted_and_scored_as_unk():
     model, scorer = scorer_for(MODELS[0])
     symbols = ("<eps>", "the", "zebra", "!SIL")
     lattice = Lattice.from_arcs("o", [(0, 1, 1, 0, 0), (1, 2, 3, 0, 0), (2, 3, 2, 0, 0)], {3: (0.0, 0.0)}, symbols)
-    result = rescore(lattice, scorer, RescoreOptions())[0]
+    result = rescore(lattice, scorer, replacing_options())[0]
     assert result.stats["oov"] == 1 and result.stats["oov_words"] == ["zebra"]
     assert result.best.words == ["the", "zebra"]  # !SIL is not an LM word
     assert result.best.lm_logprob == pytest.approx(sentence_logprob(model, ["the", "zebra"]), abs=1e-5)
@@ -205,9 +205,9 @@ def test_unbounded_model_is_refused():
 
 def test_header_defaults_for_scales():
     lattice = random_lattice(0).replace(meta={"lmscale": 14.0, "wdpenalty": 7.0})
-    assert RescoreOptions().scales_for(lattice) == (pytest.approx(1 / 14), pytest.approx(0.5))
-    assert RescoreOptions(acoustic_scale=0.2, word_penalty=1.0).scales_for(lattice) == (0.2, 1.0)
-    assert RescoreOptions().scales_for(random_lattice(0)) == (0.1, 0.0)
+    assert replacing_options().scales_for(lattice) == (pytest.approx(1 / 14), pytest.approx(0.5))
+    assert replacing_options(acoustic_scale=0.2, word_penalty=1.0).scales_for(lattice) == (0.2, 1.0)
+    assert replacing_options().scales_for(random_lattice(0)) == (0.1, 0.0)
 
 
 def test_k_best_paths_are_sorted_and_exact():
@@ -225,9 +225,9 @@ def test_k_best_paths_are_sorted_and_exact():
 def test_auto_prune_shrinks_until_the_budget_fits():
     model, scorer = scorer_for(MODELS[1])
     lattice = random_lattice(2, num_states=10, extra_arcs=20)
-    full = rescore(lattice, scorer, RescoreOptions(acoustic_scale=0.1))[0]
+    full = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1))[0]
     budget = full.stats["expanded_arcs"] - 1
-    result = rescore(lattice, scorer, RescoreOptions(acoustic_scale=0.1, max_expanded_arcs=budget, auto_prune=True))[0]
+    result = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1, max_expanded_arcs=budget, auto_prune=True))[0]
     assert result.pruned is not None and result.pruned["arcs_after"] < lattice.num_arcs
     assert result.stats["expanded_arcs"] <= budget
     assert result.best.lm_logprob == pytest.approx(sentence_logprob(model, result.best.words), abs=1e-4)
@@ -240,5 +240,5 @@ def test_deadline_stops_the_work():
 
     _, scorer = scorer_for(MODELS[1])
     with pytest.raises(DeadlineExceeded):
-        rescore(random_lattice(1), scorer, RescoreOptions(deadline=time.monotonic() - 1.0))
-    assert rescore(random_lattice(1), scorer, RescoreOptions(deadline=time.monotonic() + 60.0))[0].best.words
+        rescore(random_lattice(1), scorer, replacing_options(deadline=time.monotonic() - 1.0))
+    assert rescore(random_lattice(1), scorer, replacing_options(deadline=time.monotonic() + 60.0))[0].best.words

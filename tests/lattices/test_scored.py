@@ -15,7 +15,7 @@ from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.corpus import collate, encode
 from lm.scorer import LMScorer
-from tests.factories import all_paths, make_model, random_lattice, tiny_vocab
+from tests.factories import replacing_options, all_paths, make_model, random_lattice, tiny_vocab
 
 VOCAB = tiny_vocab()
 
@@ -42,7 +42,7 @@ def nbest(key: str = "u1") -> NBestList:
 
 def test_every_hypothesis_total_is_the_documented_formula():
     model, lm = scorer()
-    options = RescoreOptions(lm_weights=(0.7,), old_lm_weight=0.5, word_penalty=0.3, unk_penalty=-2.0,
+    options = replacing_options(lm_weights=(0.7,), old_lm_weight=0.5, word_penalty=0.3, unk_penalty=-2.0,
                              score_weights={"decoder": 0.6, "ctc": 0.4}, nbest=10)
     (result,) = rescore(nbest_to_lattice(nbest()), lm, options)
     seen = set()
@@ -66,7 +66,7 @@ def test_every_hypothesis_total_is_the_documented_formula():
 def test_first_pass_of_an_nbest_list_is_its_first_hypothesis():
     _, lm = scorer()
     # under these weights hypothesis 3 would win the first pass; the recogniser chose hypothesis 1
-    options = RescoreOptions(lm_weights=(0.0,), old_lm_weight=1.0, score_weights={"decoder": 0.0, "ctc": 0.0})
+    options = replacing_options(lm_weights=(0.0,), old_lm_weight=1.0, score_weights={"decoder": 0.0, "ctc": 0.0})
     (result,) = rescore(nbest_to_lattice(nbest()), lm, options)
     assert result.first_pass.words == ["the", "cat", "sat"] and result.first_pass.scores["lm"] == -9.0
     assert result.best.words == ["a", "dog", "ran"]
@@ -77,7 +77,7 @@ def test_first_pass_of_an_nbest_list_is_its_first_hypothesis():
 def test_first_pass_of_a_lattice_is_its_own_best_path(seed):
     lattice = random_lattice(seed, num_states=6, extra_arcs=5)
     _, lm = scorer(seed)
-    (result,) = rescore(lattice, lm, RescoreOptions(acoustic_scale=0.1, word_penalty=0.5))
+    (result,) = rescore(lattice, lm, replacing_options(acoustic_scale=0.1, word_penalty=0.5))
     best = None
     for arcs, final in all_paths(lattice):
         words = [lattice.symbols[int(lattice.words[a])] for a in arcs]
@@ -93,8 +93,8 @@ def test_mbr_prefers_the_consensus_to_an_outlier():
     lists = NBestList("m", tuple(NBestHypothesis(tuple(w.split()), {"score": s}) for w, s in rows))
     _, lm = scorer()
     options = dict(lm_weights=(0.0,), old_lm_score="score", old_lm_weight=10.0)
-    (viterbi,) = rescore(nbest_to_lattice(lists), lm, RescoreOptions(**options))
-    (mbr,) = rescore(nbest_to_lattice(lists), lm, RescoreOptions(**options, decode="mbr"))
+    (viterbi,) = rescore(nbest_to_lattice(lists), lm, replacing_options(**options))
+    (mbr,) = rescore(nbest_to_lattice(lists), lm, replacing_options(**options, decode="mbr"))
     assert viterbi.best.words == ["a", "x", "c"] and mbr.best.words == ["a", "b", "c"]
     assert mbr.decode == "mbr" and mbr.nbest[0].words == ["a", "x", "c"]  # the list stays best-first
 
@@ -105,7 +105,7 @@ def test_an_old_lm_scorer_is_subtracted_exactly():
     old_model, old = scorer(seed=5, arch="ffnn", order=2, mode="exact", rho=None, cell="elman")
     _, new = scorer(seed=6)
     lattice = random_lattice(3, num_states=6, extra_arcs=5)
-    keep = RescoreOptions(lm_weights=(0.0,), old_lm_weight=1.0, acoustic_scale=0.1, nbest=50)
+    keep = replacing_options(lm_weights=(0.0,), old_lm_weight=1.0, acoustic_scale=0.1, nbest=50)
     (with_old,) = rescore(lattice, new, keep, old_lm=old)
     (plain,) = rescore(lattice, new, keep)
     assert with_old.best.score == pytest.approx(plain.best.score, abs=1e-6)
@@ -120,11 +120,11 @@ def test_an_old_lm_scorer_is_subtracted_exactly():
 def test_unknown_score_names_are_named():
     _, lm = scorer()
     with pytest.raises(ScoreNameError, match="no score named acustic"):
-        rescore(nbest_to_lattice(nbest()), lm, RescoreOptions(score_weights={"acustic": 1.0}))
+        rescore(nbest_to_lattice(nbest()), lm, replacing_options(score_weights={"acustic": 1.0}))
     with pytest.raises(ScoreNameError, match="old-LM score 'graph'"):
-        rescore(nbest_to_lattice(nbest()), lm, RescoreOptions(old_lm_score="graph"))
+        rescore(nbest_to_lattice(nbest()), lm, replacing_options(old_lm_score="graph"))
     with pytest.raises(ValueError, match="unk_penalty"):
-        RescoreOptions(unk_penalty=math.nan)
+        replacing_options(unk_penalty=math.nan)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -133,7 +133,7 @@ def test_every_weight_setting_shares_one_grouped_graph(seed):
     searches equal those of a Dag built from scratch with the same totals."""
     lattice = random_lattice(seed, num_states=8, extra_arcs=7)
     _, lm = scorer(seed)
-    options = RescoreOptions(acoustic_scale=0.1, word_penalty=0.5)
+    options = replacing_options(acoustic_scale=0.1, word_penalty=0.5)
     scored = score_for_options(lattice, lm, options)
     deadline = time.monotonic() + 3600
     dags = []

@@ -16,7 +16,7 @@ from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import load_checkpoint
 from lm.scorer import LMScorer, score_sentences
 from afp.batching import BatchingScorer
-from tests.factories import saved_model, tiny_vocab
+from tests.factories import replacing_options, saved_model, tiny_vocab
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def htk_chain(*words: str) -> str:
 
 def best(text: str, fmt: str, scorer, **options) -> dict:
     lattice = read_lattices(text, fmt, source="test")[0]
-    return rescore(lattice, scorer, RescoreOptions(**options))[0].best.to_json()
+    return rescore(lattice, scorer, replacing_options(**options))[0].best.to_json()
 
 
 def sentence_score(scorer: LMScorer, words: list[str]) -> float:

@@ -17,7 +17,7 @@ from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
 from lm.vocab import Vocabulary
-from tests.factories import WORDS, make_model, tiny_vocab
+from tests.factories import replacing_options, WORDS, make_model, tiny_vocab
 
 SMALL = ("<eps>", "the", "cat", "!SIL", "sat")
 
@@ -58,7 +58,7 @@ def lm_scorer(vocab: Vocabulary | None = None) -> LMScorer:
     return LMScorer(LoadedModel(model.config, vocab, model))
 
 
-@pytest.mark.parametrize("options", [RescoreOptions(nbest=2), RescoreOptions(prune_beam=5.0, posteriors=True)])
+@pytest.mark.parametrize("options", [replacing_options(nbest=2), replacing_options(prune_beam=5.0, posteriors=True)])
 def test_rescoring_reads_only_the_symbols_a_lattice_uses(options):
     (lattice,) = read_lattices(ARCHIVE, "kaldi", SMALL)
     table = CountingTable(SMALL, 1_000_000)
@@ -98,7 +98,7 @@ def test_a_disambiguation_symbol_is_skipped_whatever_the_skip_list():
     vocab = Vocabulary(("<eps>", "<s>", "</s>", "<unk>", "#0", "#1", *WORDS))
     (lattice,) = read_lattices(ARCHIVE.replace("!SIL", "#1"), "kaldi")
     for skip in (DEFAULT_SKIP, frozenset()):
-        (result,) = rescore(lattice, lm_scorer(vocab), RescoreOptions(skip_words=skip))
+        (result,) = rescore(lattice, lm_scorer(vocab), replacing_options(skip_words=skip))
         assert "#1" not in result.best.words and result.best.unk == 0
 
 
@@ -110,10 +110,10 @@ def test_a_word_the_model_never_predicts_is_named(word, skip, kind):
     vocab = Vocabulary(("<eps>", "<s>", "</s>", "<unk>", "#0", "#1", *WORDS))
     (lattice,) = read_lattices(ARCHIVE.replace("!SIL", word), "kaldi")
     with pytest.raises(LatticeFormatError) as info:
-        rescore(lattice, lm_scorer(vocab), RescoreOptions(skip_words=skip))
+        rescore(lattice, lm_scorer(vocab), replacing_options(skip_words=skip))
     err = info.value
     assert (err.key, err.field) == ("utt1", "words")
     assert f"word {word!r} on arc 2 (state 1 -> 2) is {kind}" in str(err) and "never predicts" in str(err)
-    (fine,) = rescore(lattice, lm_scorer(vocab), RescoreOptions(skip_words=skip | {word}))
+    (fine,) = rescore(lattice, lm_scorer(vocab), replacing_options(skip_words=skip | {word}))
     assert fine.best.words in (["the", "cat", "sat"], ["the", "sat"])  # skipped, it is no error
 

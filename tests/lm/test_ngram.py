@@ -22,7 +22,7 @@ from lm.ngram import LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer,
 from lm.ngram_store import load_store, parse_arpa_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
-from tests.factories import (MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
+from tests.factories import (replacing_options, MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
                              random_lattice)
 from tests.lattices.test_kaldi import FUZZ
 
@@ -337,7 +337,7 @@ def test_rescoring_with_an_ngram_gives_its_sentence_logprobs(tmp_path, which):
         model = read_arpa(tmp_path / "kn4.arpa")
         lattice = Lattice.from_arcs("kn", *LATTICE[:2], ("<eps>", "the", "cat", "sat", "zebra", "!SIL", "</s>")) \
             if which == "kn4" else random_lattice(7, num_states=8, extra_arcs=8)
-    options = RescoreOptions(lm_weights=(1.0,), acoustic_scale=0.0, nbest=3)
+    options = replacing_options(lm_weights=(1.0,), acoustic_scale=0.0, nbest=3)
     (result,) = rescore(lattice, NgramScorer(model), options)
     assert result.stats["rho"] == model.order - 1 and len(result.nbest) == 3
     for hyp in result.nbest:

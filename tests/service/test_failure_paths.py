@@ -274,11 +274,14 @@ def test_the_schema_documents_query_options_and_the_format_rule(client):
     request = spec["components"]["schemas"]["RescoreRequest"]
     rules = {tuple(rule["if"]["properties"]["format"]["enum"]): rule["then"]["properties"]["lattice"]["type"]
              for rule in request["allOf"]}
-    assert rules == {("kaldi", "htk", "openfst", "srilm-nbest"): "string", ("k2",): ["object", "array"]}
+    assert rules == {("kaldi", "htk", "pocketsphinx", "openfst", "srilm-nbest"): "string", ("k2",): ["object", "array"]}
 
 
 def test_mostly_unknown_words_warn_over_http_as_in_the_cli(client):
-    r = client.post("/v1/rescore", json={"lattice": "u\n0 1 THE 1,1,\n1 2 CAT 1,1,\n2\n\nv\n0 1 ZORK 1,1,\n1\n\n"})
+    text = "u\n0 1 THE 1,1,\n1 2 CAT 1,1,\n2\n\nv\n0 1 ZORK 1,1,\n1\n\n"
+    matched = client.post("/v1/rescore", json={"lattice": text}).json()  # by default THE, CAT are looked up as the, cat
+    assert [w for w in matched["warnings"] if "unknown to the model" in w][0].startswith("lattice 'v': 100%")
+    r = client.post("/v1/rescore", json={"lattice": text, "match_case": False})
     assert r.status_code == 200, r.text
     (warning,) = [w for w in r.json()["warnings"] if "unknown to the model" in w]  # once per request
     assert warning.startswith("lattice 'u': 100% of its distinct words are unknown to the model")

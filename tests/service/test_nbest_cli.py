@@ -93,6 +93,9 @@ def test_mostly_unknown_words_warn_once_per_job(capsys, tmp_path, model_dir):
     lists = {f"u{i}": [("THE CAT SAT", {"lm": -1.0})] for i in range(3)}
     directory = write_espnet(tmp_path / "decode", lists)
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(directory)])
+    assert "unknown to the model" not in captured.err  # looked up in the model's case by default: said once
+    assert captured.err.count("3 of its distinct words are in another case than the model's") == 1
+    _, captured = run(capsys, ["rescore", "--model", str(model_dir), "--keep-case", str(directory)])
     assert captured.err.count("unknown to the model") == 1
     assert "3 of the 3 are known in another case" in captured.err and "is the case of the input" in captured.err
     _, captured = run(capsys, ["rescore", "--model", str(model_dir), str(write_espnet(
@@ -118,9 +121,9 @@ def test_unknown_score_name_is_one_line(capsys, tmp_path, model_dir):
 def test_real_espnet_lists_are_exact(capsys, tmp_path, model_dir):
     """The first 8 utterances of the real dev_clean lists: lm_logprob equals afp score (every hypothesis)."""
     subset = espnet_subset(ESPNET, tmp_path / "dev_clean", 8)
-    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "30",
+    rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "30", "--keep-case",
                            "--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.6", "--lm-weight", "0",
-                           str(subset)])
+                           str(subset)])  # --keep-case: afp score scores text as written
     assert len(rows) == 8
     assert rows[0]["first_pass"]["words"] == (ESPNET / "1best_recog" / "text").read_text().split("\n")[0].split()[1:]
     hyps = [h for r in rows for h in r["nbest"]]

@@ -10,7 +10,7 @@ from lattices.rescore import RescoreOptions, rescore
 from afp.tune import Tuner
 from tests.service.test_app import client_for
 from tests.afp.test_tune import lm_scorer
-from tests.factories import saved_model
+from tests.factories import replacing_options, saved_model
 
 SLF = """VERSION=1.0
 UTTERANCE=h1
@@ -36,8 +36,8 @@ def test_tune_uses_the_lattice_header_like_rescore():
     (lattice,) = read_lattices(SLF, "htk")
     scorer = lm_scorer()
     point = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0}
-    (expected,) = rescore(lattice, scorer, RescoreOptions(lm_weights=(0.0,), old_lm_weight=1.0, word_penalty=0.0))
-    tuner = Tuner(scorer, RescoreOptions(), {"h1": expected.best.words})
+    (expected,) = rescore(lattice, scorer, replacing_options(lm_weights=(0.0,), old_lm_weight=1.0, word_penalty=0.0))
+    tuner = Tuner(scorer, replacing_options(), {"h1": expected.best.words})
     tuner.add([lattice])
     assert tuner.choices([point])[0][0] == expected.best.words
     assert tuner.first_pass().errors == 0
@@ -47,7 +47,7 @@ def test_tune_mbr_weighs_the_same_hypotheses_as_rescore():
     lists = nbest([("the cat sat", -1.0), ("the cat sat", -1.1), ("a dog sat", -1.2), ("a dog ran", -1.3),
                    ("a dog", -1.4), ("a cat sat", -1.5)])
     scorer = lm_scorer()
-    options = RescoreOptions(lm_weights=(0.0,), old_lm_weight=1.0, decode="mbr", mbr_nbest=2, mbr_scale=0.1)
+    options = replacing_options(lm_weights=(0.0,), old_lm_weight=1.0, decode="mbr", mbr_nbest=2, mbr_scale=0.1)
     (expected,) = rescore(nbest_to_lattice(lists), scorer, options)
     tuner = Tuner(scorer, options, {"u": ["a", "dog", "sat"]}, mbr=True)
     tuner.add([nbest_to_lattice(lists)])
@@ -58,11 +58,11 @@ def test_tune_mbr_weighs_the_same_hypotheses_as_rescore():
 def test_equal_scores_go_to_the_recognisers_rank():
     lists = nbest([("the cat", 0.0), ("a dog", 0.0), ("the dog", 0.0), ("a cat", 0.0)])
     scorer = lm_scorer()
-    (result,) = rescore(nbest_to_lattice(lists), scorer, RescoreOptions(lm_weights=(0.0,), old_lm_weight=1.0,
+    (result,) = rescore(nbest_to_lattice(lists), scorer, replacing_options(lm_weights=(0.0,), old_lm_weight=1.0,
                                                                         nbest=4))
     assert [h.words for h in result.nbest] == [["the", "cat"], ["a", "dog"], ["the", "dog"], ["a", "cat"]]
     assert [h.rank for h in result.nbest] == [1, 2, 3, 4]
-    tuner = Tuner(scorer, RescoreOptions(), {"u": ["a", "dog"]})
+    tuner = Tuner(scorer, replacing_options(), {"u": ["a", "dog"]})
     tuner.add([nbest_to_lattice(lists)])
     point = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0}
     assert tuner.choices([point])[0][0] == ["the", "cat"]
@@ -71,7 +71,7 @@ def test_equal_scores_go_to_the_recognisers_rank():
 def test_pruning_an_nbest_list_uses_its_scores_and_keeps_a_first_pass():
     lists = nbest([("the cat sat on", -1.0), ("a dog", -9.0), ("the cat", -20.0)])
     (result,) = rescore(nbest_to_lattice(lists), lm_scorer(),
-                        RescoreOptions(prune_beam=1e-6, word_penalty=1.0, lm_weights=(0.0,), old_lm_weight=1.0))
+                        replacing_options(prune_beam=1e-6, word_penalty=1.0, lm_weights=(0.0,), old_lm_weight=1.0))
     assert result.pruned["arcs_after"] < result.pruned["arcs_before"]
     assert result.best.words == ["the", "cat", "sat", "on"] == result.first_pass.words
 

@@ -1,0 +1,112 @@
+"""The one options builder (afp.options.build_options) and what it fills in: its defaults are
+RescoreOptions' own, resolved on a lattice to numbers a reader can check by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from afp.options import OptionsError, build_options, parse_score_weights
+from afp.weights import TunedWeights
+from lattices.formats import read_lattices
+from lattices.rescore import DEFAULT_LM_WEIGHT, RescoreOptions, rescore
+from lattices.scored import WeightError
+from service.cli import main
+from tests.factories import make_model, saved_model, tiny_vocab
+from lm.checkpoint import LoadedModel
+from lm.scorer import LMScorer
+
+# one path per word choice; graph costs make "the cat" the first pass's choice
+LATTICE = "u\n0 1 the 1,10,\n0 1 a 3,10,\n1 2 cat 1,10,\n2\n\n"
+
+
+def test_nothing_given_is_the_documented_defaults():
+    options = build_options({}, unk_default=-2.5)
+    assert options == RescoreOptions(unk_penalty=-2.5)
+    assert options.lm_weights is None and options.old_lm_weight is None and options.word_penalty is None
+    assert options.match_case and options.nbest == 1 and options.decode == "viterbi"
+
+
+def test_the_untuned_default_resolves_to_a_quarter_of_the_old_lm_weight():
+    """On a lattice (no recogniser weights in the input) the old LM is kept at 1 and the new LM
+    weighs DEFAULT_LM_WEIGHT = 0.25; an n-best list's recovered weight is covered by the parity test."""
+    vocab = tiny_vocab()
+    model = make_model(vocab, cell="gru", mode="afp", rho=2)
+    scorer = LMScorer(LoadedModel(model.config, vocab, model))
+    (lattice,) = read_lattices(LATTICE, "kaldi")
+    (result,) = rescore(lattice, scorer, build_options({}))
+    assert (result.lm_weight, result.old_lm_weight, result.word_penalty, result.unk_penalty) == (0.25, 1.0, 0.0, 0.0)
+    assert DEFAULT_LM_WEIGHT == 0.25
+    (given,) = rescore(lattice, scorer, build_options({"lm_weight": 0.7}))
+    assert given.lm_weight == 0.7 and given.old_lm_weight == 1.0  # a given weight is absolute
+
+
+def test_door_names_and_field_names():
+    options = build_options({"lm_weight": [0.5, 1], "max_arcs": 99, "prune_if_too_large": True,
+                             "score_weights": "decoder=0.6, ctc=0.4", "nbest": 3, "posteriors": None})
+    assert options.lm_weights == (0.5, 1.0) and options.max_expanded_arcs == 99 and options.auto_prune
+    assert dict(options.score_weights) == {"decoder": 0.6, "ctc": 0.4} and options.nbest == 3
+    assert not options.posteriors  # None: not given
+    assert build_options({"lm_weights": (2.0,), "score_weights": {"a": 1}}).lm_weights == (2.0,)
+
+
+@pytest.mark.parametrize("given, error, field", [
+    ({"lm_wieght": 1}, OptionsError, "lm_wieght"),
+    ({"score_weights": "decoder"}, OptionsError, "score_weights"),
+    ({"lm_weight": -1}, WeightError, "lm_weight"),
+    ({"lm_weight": []}, WeightError, "lm_weight"),
+    ({"old_lm_weight": float("nan")}, WeightError, "old_lm_weight"),
+])
+def test_bad_options_name_the_field(given, error, field):
+    with pytest.raises(error) as caught:
+        build_options(given)
+    assert caught.value.field == field
+
+
+def test_parse_score_weights():
+    assert parse_score_weights("") == {}
+    assert parse_score_weights("a=1,b=-0.5") == {"a": 1.0, "b": -0.5}
+    with pytest.raises(OptionsError, match="NAME=WEIGHT"):
+        parse_score_weights("a=1,=2")
+
+
+def test_a_weights_file_and_the_callers_fields():
+    tuned = TunedWeights(lm_weight=0.4, old_lm_weight=0.6, word_penalty=0.5, unk_penalty=-4.0,
+                         score_weights={"decoder": 0.7}, decode="mbr")
+    applied = build_options({"nbest": 2}, weights=tuned, unk_default=-9.0)
+    assert (applied.lm_weights, applied.old_lm_weight, applied.word_penalty, applied.unk_penalty) == ((0.4,), 0.6, 0.5, -4.0)
+    assert dict(applied.score_weights) == {"decoder": 0.7} and applied.decode == "mbr" and applied.nbest == 2
+    with pytest.raises(OptionsError, match="not both"):  # the command line and the Python API
+        build_options({"lm_weight": 1.0}, weights=tuned)
+    refined = build_options({"lm_weight": 1.0}, weights=tuned, fields_win=True)  # HTTP: the request's own field wins
+    assert refined.lm_weights == (1.0,) and refined.old_lm_weight == 0.6
+    server = build_options({"old_lm_weight": 0.2}, default_weights=tuned)  # AFP_WEIGHTS lies under the request
+    assert server.old_lm_weight == 0.2 and server.lm_weights == (0.4,)
+
+
+def test_a_weights_file_that_leaves_a_weight_out_leaves_it_alone():
+    partial = TunedWeights.from_json({"lm_weight": 0.3}, "w.json")
+    options = build_options({}, weights=partial, unk_default=-7.0)
+    assert options.lm_weights == (0.3,) and options.unk_penalty == -7.0 and options.old_lm_weight is None
+
+
+def test_a_saved_file_holds_every_weight(tmp_path):
+    options = RescoreOptions(unk_penalty=-1.0).at_point({"lm_weight": 0.5, "old_lm_weight": 0.25, "word_penalty": 1.5,
+                                                         "unk_penalty": -2.0, "score:ctc": 0.3})
+    TunedWeights.from_options(options, {"wer": 1.0}).write(tmp_path / "w.json")
+    data = json.loads((tmp_path / "w.json").read_text())
+    assert {k: data[k] for k in ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "decode")} == {
+        "lm_weight": 0.5, "old_lm_weight": 0.25, "word_penalty": 1.5, "unk_penalty": -2.0, "decode": "viterbi"}
+    assert data["score_weights"] == {"ctc": 0.3}
+    with pytest.raises(ValueError, match="one LM weight"):
+        TunedWeights.from_options(RescoreOptions(lm_weights=(1.0, 2.0), old_lm_weight=1, word_penalty=0, unk_penalty=0))
+
+
+def test_cli_refuses_weights_beside_weight_flags(tmp_path, capsys):
+    model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+    (tmp_path / "lat.txt").write_text(LATTICE)
+    TunedWeights(lm_weight=0.5).write(tmp_path / "w.json")
+    assert main(["rescore", "--model", str(model), "--weights", str(tmp_path / "w.json"), "--lm-weight", "1",
+                 str(tmp_path / "lat.txt")]) == 2
+    assert "--lm-weight, not both" in capsys.readouterr().err
