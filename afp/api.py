@@ -32,7 +32,7 @@ from afp.weights import SETS, TunedWeights
 from lattices.rescore import RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
-from lm.ngram_store import StoreScorer
+from lm.ngram.store import StoreScorer
 from lm.device import resolve_device
 from lm.scorer import LMScorer, TextScore, text_score
 
@@ -181,6 +181,6 @@ def _lattices(inputs: Sequence[Input], fmt: str, symbols: Sequence[str] | None) 
 def _old_lm(old_lm: str | Path | ContextScorer | None) -> ContextScorer | None:
     if old_lm is None or not isinstance(old_lm, (str, Path)):
         return old_lm
-    from lm.ngram_store import load_store
+    from lm.ngram.store import load_store
 
     return StoreScorer(load_store(old_lm))

@@ -96,8 +96,8 @@ def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None
                   shard: tuple[int, int] = (0, 1)) -> Iterator[Lattice]:
     """Lattices of all inputs in order, only this shard's (lattice ``i`` of the running index over
     all inputs when ``i % n == shard index``; a Kaldi text archive's other lattices are skipped
-    before they are parsed). An input that is a directory is an ESPnet n-best directory (format
-    ``auto`` or ``espnet-nbest``); its lists become lattices."""
+    before they are parsed). An input that is a directory is an ESPnet n-best directory (its lists
+    become lattices) or a directory of lattice files (:func:`lattices.formats.read_lattice_file`)."""
     keep = ShardFilter(*shard)
     for spec_text in inputs:
         spec = InputSpec.parse(spec_text)

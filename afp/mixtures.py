@@ -45,7 +45,7 @@ def parse_interpolate(text: str) -> tuple[str, float]:
         value = float("nan")
     if not sep or not path or not 0.0 < value < 1.0:
         raise MixtureSpecError(f"--interpolate {text!r}: expected MODEL:WEIGHT with 0 < WEIGHT < 1 "
-                               f"(e.g. models/ptb:0.3 or lm.arpa.gz:0.2)")
+                               f"(e.g. models/ptb:0.3 or lm.ngram.arpa.gz:0.2)")
     return path, value
 
 

@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.mix_with:
         return mix_kept(args.mix_with)
 
-    from lm import kneser_ney
-    from lm.ngram_prune import all_divergences, prune
-    from lm.ngram_store import save_store
+    from lm.ngram import kneser_ney
+    from lm.ngram.prune import all_divergences, prune
+    from lm.ngram.store import save_store
     from lm.shards import open_prepared
 
     RUNS.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """ARPA readers side by side: the dict-based reader (``lm.ngram``) against the compact numpy store
-(``lm.ngram_store``), and KenLM's Python module when it is installed, on one ARPA file.
+(``lm.ngram.store``), and KenLM's Python module when it is installed, on one ARPA file.
 
   bash bench/books_large.sh --prepare-only   # the 67.6M-word shards
   afp ngram --data runs/books-large/data --order 4 --prune 7e-9 --out runs/logs/books-large-7e-9.arpa.gz  # 22.9M
@@ -30,7 +30,7 @@ def store_dir(arpa: str) -> Path:
     """Where the model directory of ``arpa`` is kept (made from it on first use)."""
     path = Path(arpa + ".store")
     if not (path / "ngram.json").is_file():
-        from lm.ngram_store import read_arpa_store, save_store
+        from lm.ngram.store import read_arpa_store, save_store
 
         save_store(read_arpa_store(arpa), path)
     return path
@@ -57,7 +57,7 @@ def measure(reader: str, arpa: str, text: str) -> dict:
                 lookups += 1
     else:
         from lm.ngram import NgramScorer, read_arpa
-        from lm.ngram_store import StoreScorer, load_store, read_arpa_store
+        from lm.ngram.store import StoreScorer, load_store, read_arpa_store
         from lm.scorer import sentence_pairs
 
         if reader == "dict":
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         print(f"{reader:>6}: load {row['load_s']:.1f} s, peak RSS {row['peak_rss_mib']:.0f} MiB, "
               f"{row['lookups_per_s']:,.0f} lookups/s, logprob {row['logprob']:.2f}", flush=True)
-    from lm.ngram_store import read_arpa_store
+    from lm.ngram.store import read_arpa_store
 
     counts = read_arpa_store(args.arpa).counts if any(r.get("reader") == "store" and "error" not in r for r in rows) \
         else None

@@ -155,9 +155,9 @@ def _wrong_shapes(model: LanguageModel, weights: Path) -> list[str]:
 def open_single_model(path: str | Path, device: str | torch.device = "cpu") -> Any:
     """One language model, not a mixture: a model directory (:func:`load_checkpoint`), or an ARPA
     n-gram file (``.arpa``, ``.arpa.gz``) or n-gram model directory (``ngram.json``):
-    :func:`lm.ngram_store.load_ngram`, always on the CPU. (What ``--model`` names, mixtures
+    :func:`lm.ngram.store.load_ngram`, always on the CPU. (What ``--model`` names, mixtures
     included, is opened by :func:`afp.mixtures.open_model`, which calls this for each part.)"""
-    from lm.ngram_store import is_arpa_path, is_store_dir, load_ngram
+    from lm.ngram.store import is_arpa_path, is_store_dir, load_ngram
 
     if is_arpa_path(path) or is_store_dir(path):
         return load_ngram(path)

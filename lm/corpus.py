@@ -96,11 +96,6 @@ def strip_boundaries(words: list[str]) -> list[str]:
     return words
 
 
-def read_lhotse_texts(path: str | Path) -> list[Sentence]:
-    """All sentences of a lhotse manifest, as :func:`iter_lhotse_texts` reads them."""
-    return list(iter_lhotse_texts(path))
-
-
 def iter_lhotse_texts(path: str | Path) -> Iterator[Sentence]:
     """Sentences from the supervision texts of a lhotse ``CutSet`` or ``SupervisionSet`` manifest.
 

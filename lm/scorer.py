@@ -104,8 +104,8 @@ class WindowScorer(_ModelScorer):
 
 def scorer_of(loaded, precision: str = "auto", max_elements: int = DEFAULT_SCORE_ELEMENTS):
     """The context scorer of a loaded model: an :class:`LMScorer`, or for an ARPA n-gram
-    (:class:`lm.ngram_store.LoadedNgram`) its :class:`lm.ngram_store.StoreScorer`."""
-    from lm.ngram_store import LoadedNgram, StoreScorer
+    (:class:`lm.ngram.store.LoadedNgram`) its :class:`lm.ngram.store.StoreScorer`."""
+    from lm.ngram.store import LoadedNgram, StoreScorer
 
     if isinstance(loaded, LoadedNgram):
         return StoreScorer(loaded.store)

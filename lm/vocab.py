@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lm.arpa import unk_symbol
+from lm.ngram.arpa import unk_symbol
 
 BOS = "<s>"
 EOS = "</s>"

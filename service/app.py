@@ -212,7 +212,7 @@ def _load_runtime(settings: Settings, metrics: Metrics):
                             on_batch=metrics.on_batch)
     old_lm = None
     if settings.old_lm is not None:
-        from lm.ngram_store import StoreScorer, load_store
+        from lm.ngram.store import StoreScorer, load_store
 
         old_lm = StoreScorer(load_store(settings.old_lm))
     weights = None

@@ -230,7 +230,7 @@ def cmd_ngram(args: argparse.Namespace) -> None:
 
     import numpy as np
 
-    from lm import kneser_ney
+    from lm.ngram import kneser_ney
     from lm.config import PrepareConfig
     from lm.shards import open_prepared, prepare
 
@@ -279,17 +279,17 @@ def cmd_ngram(args: argparse.Namespace) -> None:
 
 def _prune_and_write(model, words: Sequence[str], bos: int, eos: int, predictable, args: argparse.Namespace,
                      seconds: dict[str, float]) -> tuple[dict[str, int], Any]:
-    """The output stage of ``afp ngram``: ``model`` (a :class:`lm.kneser_ney.KneserNeyModel`)
+    """The output stage of ``afp ngram``: ``model`` (a :class:`lm.ngram.kneser_ney.KneserNeyModel`)
     pruned at ``--prune`` when given, written to ``--out`` (ARPA) and/or ``--store`` (a model
     directory, straight from the arrays). Adds each step's seconds to ``seconds``; returns the
     n-gram counts written and the (pruned) model."""
     import time
 
-    from lm import kneser_ney
+    from lm.ngram import kneser_ney
 
     tick = time.perf_counter()
     if args.prune is not None:
-        from lm.ngram_prune import prune
+        from lm.ngram.prune import prune
 
         model = prune(model, args.prune, bos, eos)
         seconds["prune"] = time.perf_counter() - tick
@@ -299,7 +299,7 @@ def _prune_and_write(model, words: Sequence[str], bos: int, eos: int, predictabl
         counts = kneser_ney.write_arpa(model, words, bos, predictable, args.out)
         seconds["write"] = time.perf_counter() - tick
     if args.store:  # the same model as mapped arrays: --model DIR loads it without parsing
-        from lm.ngram_store import save_store
+        from lm.ngram.store import save_store
 
         tick = time.perf_counter()
         store = kneser_ney.to_store(model, words, bos, predictable)
@@ -317,8 +317,8 @@ def _ngram_from_arpa(args: argparse.Namespace) -> None:
 
     import numpy as np
 
-    from lm.ngram_prune import model_of_store
-    from lm.ngram_store import read_arpa_store, save_store
+    from lm.ngram.prune import model_of_store
+    from lm.ngram.store import read_arpa_store, save_store
 
     if args.prune is None and args.out:
         raise CLIError("--arpa without --prune: give --store DIR (the file as a model directory)")
@@ -607,7 +607,7 @@ def _features(args: argparse.Namespace, loaded) -> dict[str, Any]:
 def _old_lm(path: str | None):
     if not path:
         return None
-    from lm.ngram_store import StoreScorer, load_store
+    from lm.ngram.store import StoreScorer, load_store
 
     return StoreScorer(load_store(path))
 
@@ -644,7 +644,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     except Exception as err:  # pydantic's ValidationError: report it as a usage error
         raise CLIError(f"invalid server settings: {err}") from None
     from afp.mixtures import is_mixture_dir
-    from lm.ngram_store import is_arpa_path, is_store_dir
+    from lm.ngram.store import is_arpa_path, is_store_dir
 
     if is_arpa_path(settings.model_dir) or is_store_dir(settings.model_dir):
         if not settings.model_dir.exists():
@@ -901,7 +901,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     formats = ["auto", *READ_FORMATS]
     inputs_help = ("files (gzip or not), '-' for stdin, Kaldi specifiers ark:FILE, ark,t:FILE, ark:- and "
-                   "'ark:COMMAND |', or an ESPnet n-best directory (holding 1best_recog/ ... Nbest_recog/)")
+                   "'ark:COMMAND |', an ESPnet n-best directory (holding 1best_recog/ ... Nbest_recog/), or a directory "
+                   "of lattice files (*.slf, *.lat...: a decoder's lattices)")
     p = sub.add_parser("rescore", help="rescore lattices or n-best lists exactly with an AFP model",
                        description=f"Rescore lattices exactly. INPUT: {inputs_help}.")
     with_model(p)
@@ -1016,7 +1017,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Count a corpus and write an interpolated modified Kneser-Ney back-off ARPA model "
                                    "(Chen & Goodman; SRILM -kndiscount -interpolate, KenLM lmplz), the numbers of "
                                    "bench/kneser_ney.py, with numpy: sorted packed n-gram keys, counted in chunks "
-                                   "(lm/kneser_ney.py). The vocabulary as afp prepare builds it. With --arpa, an "
+                                   "(lm/ngram/kneser_ney.py). The vocabulary as afp prepare builds it. With --arpa, an "
                                    "existing back-off model instead, pruned (--prune) or stored (--store).")
     p.add_argument("--text", nargs="+", metavar="FILE", help="training texts (one sentence per line; .gz read too)")
     p.add_argument("--data", metavar="DIR", help="instead of --text: a directory afp prepare wrote (its train split)")
@@ -1030,7 +1031,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prune", type=float, metavar="THRESHOLD",
                    help="relative-entropy pruning (Stolcke; SRILM's ngram -prune): drop each n-gram of order >= 2 "
                         "whose removal raises the model's perplexity by less than THRESHOLD relative (e.g. 1e-8 "
-                        "keeps most, 1e-6 a fraction); back-off weights renormalised (lm/ngram_prune.py)")
+                        "keeps most, 1e-6 a fraction); back-off weights renormalised (lm/ngram/prune.py)")
     p.add_argument("--words-txt", metavar="FILE", help="read the vocabulary from a Kaldi words.txt")
     p.add_argument("--min-count", type=int, help=f"words seen fewer times become <unk> (default {PrepareConfig.min_count})")
     p.add_argument("--max-vocab", type=int, help="keep at most this many words")

@@ -59,3 +59,65 @@ def test_the_lattice_engine_imports_nothing_of_the_lm_package():
     loaded = imported_after("\n".join(f"import {name}" for name in modules))
     assert set(modules) <= loaded
     assert {name for name in loaded if name.split(".")[0] == "lm"} == set()
+
+
+def imports_of(module: str, top_level: bool = False) -> set[str]:
+    """Every module ``module``'s source imports, at any depth of its code (lazy imports in
+    functions too; ``top_level``: the module body's only), read with :mod:`ast`; relative imports
+    resolved."""
+    import ast
+
+    path = REPO / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        path = REPO / module.replace(".", "/") / "__init__.py"
+    out: set[str] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = [n for stmt in tree.body for n in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef))] \
+        if top_level else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[: -node.level] if path.name != "__init__.py" else module.split(".")[
+                    : len(module.split(".")) - node.level + 1]
+                base = ".".join([*parts, base]) if base else ".".join(parts)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return out
+
+
+def test_the_core_imports_only_torch_numpy_safetensors_and_never_the_layers_above():
+    """DESIGN.md, checked on the source (lazy imports included): lm/ and lattices/ import the
+    standard library, torch, numpy, safetensors (and kaldialign) and each other, nothing else, at
+    import time; lhotse only inside the function that reads a lhotse manifest."""
+    allowed = {"torch", "numpy", "safetensors", "lm", "lattices", *sys.stdlib_module_names,
+               "kaldialign", "tqdm"}  # small libraries allowed: MBR edit distances (lattices.mbr), training progress
+    for module in core_modules():
+        roots = {name.split(".")[0] for name in imports_of(module, top_level=True)} - {""}
+        assert roots <= allowed, (module, roots - allowed)
+        anywhere = {name.split(".")[0] for name in imports_of(module)} - {""}
+        assert anywhere <= allowed | {"lhotse"}, (module, anywhere - allowed)
+        assert not anywhere & {"afp", "service", "bench", "tests"}, module
+
+
+def test_the_ngram_package_has_no_import_cycle():
+    modules = [m for m in modules_of("lm") if m.startswith("lm.ngram")]
+    assert {"lm.ngram.arpa", "lm.ngram.keys", "lm.ngram.store", "lm.ngram.kneser_ney", "lm.ngram.prune",
+            "lm.ngram.model"} <= set(modules)
+    graph = {m: {i for i in imports_of(m) if i in modules and i != m} for m in modules if m != "lm.ngram"}
+    for m in graph:  # the package __init__ re-exports model; modules import siblings, never the package
+        graph[m].discard("lm.ngram")
+    done: set[str] = set()
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        assert m not in path, f"import cycle: {' -> '.join((*path, m))}"
+        if m in done:
+            return
+        for dep in graph.get(m, ()):
+            visit(dep, (*path, m))
+        done.add(m)
+
+    for m in graph:
+        visit(m, ())

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 FORMATS = ("kaldi", "htk", "k2", "openfst", "json")
 #: formats that can be read: :data:`FORMATS` and the n-best forms ("espnet-nbest" names a directory)
 READ_FORMATS = (*FORMATS, "pocketsphinx", "nbest-json", "srilm-nbest", "espnet-nbest")
+#: the file names a directory of lattices is read by (:func:`read_lattice_file`), each optionally + ``.gz``
+LATTICE_SUFFIXES = (".slf", ".lat", ".htk", ".fst", ".txt", ".json")
 #: formats whose content is text (an HTTP request's lattice is then a JSON string)
 TEXT_FORMATS = ("kaldi", "htk", "pocketsphinx", "openfst", "srilm-nbest")
 _NBEST_JSON = re.compile(r'"(?:hypotheses|nbest)"\s*:')
@@ -277,9 +279,19 @@ def _json_lattices(obj: Any, source: str | None, deadline: float | None) -> list
 
 def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str] | None = None,
                       keep: Callable[[], bool] | None = None) -> list[Lattice]:
-    """Read a lattice file (gzip or not), or an ESPnet n-best folder (a directory: ``fmt`` auto
-    or espnet-nbest); ``keep`` as :func:`read_lattices`."""
+    """Read a lattice file (gzip or not), an ESPnet n-best folder (a directory with
+    ``1best_recog/text``: ``fmt`` auto or espnet-nbest), or a directory of lattice files (every
+    file named ``*`` + one of :data:`LATTICE_SUFFIXES`, optionally ``.gz``, in name order: a
+    decoder's ``UTT.slf`` files); ``keep`` as :func:`read_lattices`."""
     path = Path(path)
+    if fmt != "espnet-nbest" and path.is_dir() and not (path / "1best_recog" / "text").is_file():
+        files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")
+                       and f.name.removesuffix(".gz").endswith(LATTICE_SUFFIXES))
+        if not files:
+            raise LatticeFormatError(f"no lattice file in this directory (files named *{', *'.join(LATTICE_SUFFIXES)}, "
+                                     "optionally .gz), and it is no ESPnet n-best directory (1best_recog/text)",
+                                     source=str(path))
+        return [lattice for f in files for lattice in read_lattice_file(f, fmt, symbols, keep)]
     if fmt == "espnet-nbest" or path.is_dir():
         from lattices.formats.nbest import read_espnet_nbest
 

@@ -79,7 +79,7 @@ def test_afp_mix_estimates_weights_and_writes_a_model_every_door_loads(tmp_path,
 
     text = write_text(tmp_path / "train.txt", patterned_sentences(300, seed=3))
     dev = write_text(tmp_path / "dev.txt", patterned_sentences(20, seed=4) + random_sentences(20, seed=4))
-    arpa = tmp_path / "lm.arpa.gz"
+    arpa = tmp_path / "lm.ngram.arpa.gz"
     assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(arpa)]) == 0
     other = write_text(tmp_path / "other.txt", random_sentences(300, seed=5))  # what the trigram has not seen
     assert main(["ngram", "--text", str(other), "--order", "2", "--out", str(tmp_path / "bigram.arpa")]) == 0

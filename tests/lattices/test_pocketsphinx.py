@@ -435,3 +435,18 @@ def test_zero_posteriors_and_missing_posteriors() -> None:
     assert "ps_posterior" not in without.arc_extra and without.word(4) == "yellow"
     with pytest.raises(LatticeFormatError, match="no PocketSphinx posteriors"):
         posterior_arc_scores(without)
+
+
+def test_a_directory_of_decoder_lattices_is_an_input(tmp_path) -> None:
+    """A decoder's UTT.slf files in a directory: read in name order, each keyed by its file name;
+    other files are left alone, and a directory without lattices is an error naming it."""
+    for path in LATTICE_FILES:
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "README.md").write_text("not a lattice")
+    lattices = read_lattice_file(tmp_path)
+    assert [l.key for l in lattices] == sorted(p.name.split(".")[0] for p in LATTICE_FILES)
+    assert all(l.meta["decoder"] == "pocketsphinx" for l in lattices)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(LatticeFormatError, match="no lattice file in this directory"):
+        read_lattice_file(empty)

@@ -1,4 +1,4 @@
-"""The numpy Kneser-Ney builder (``lm.kneser_ney``, ``afp ngram``) against the dict-based reference
+"""The numpy Kneser-Ney builder (``lm.ngram.kneser_ney``, ``afp ngram``) against the dict-based reference
 ``bench/kneser_ney.py``: the same ARPA numbers on small corpora, every order, both key packings."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from bench.kneser_ney import KneserNey
 from bench.kneser_ney import write_arpa as reference_arpa
-from lm import kneser_ney
+from lm.ngram import kneser_ney
 from lm.corpus import encode
 from lm.ngram import read_arpa
 from lm.vocab import Vocabulary

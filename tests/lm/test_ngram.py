@@ -1,4 +1,4 @@
-"""ARPA back-off n-gram models (lm/ngram.py): hand-computed probabilities, exact round trips of
+"""ARPA back-off n-gram models (lm/ngram/model.py): hand-computed probabilities, exact round trips of
 Kneser-Ney models written by bench/kneser_ney.py, the scorer against the reference, format errors."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
 from lm.corpus import encode
 from lm.ngram import LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer, read_arpa, sentence_logprob
-from lm.ngram_store import load_store, parse_arpa_store, save_store
+from lm.ngram.store import load_store, parse_arpa_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
 from tests.factories import (replacing_options, MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,

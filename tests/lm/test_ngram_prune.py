@@ -1,5 +1,5 @@
-"""Relative-entropy pruning (``lm.ngram_prune``, ``afp ngram --prune``) and the array-built store
-(``lm.kneser_ney.to_store``): each n-gram's divergence against a brute-force computation over the
+"""Relative-entropy pruning (``lm.ngram.prune``, ``afp ngram --prune``) and the array-built store
+(``lm.ngram.kneser_ney.to_store``): each n-gram's divergence against a brute-force computation over the
 whole vocabulary, normalised distributions after pruning, the back-off structure kept, and the
 store equal to the one its ARPA file reads into."""
 
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from lm import kneser_ney
-from lm.ngram_prune import backoff_logprob, divergences, history_logprob, prune
-from lm.ngram_store import load_store, read_arpa_store
+from lm.ngram import kneser_ney
+from lm.ngram.prune import backoff_logprob, divergences, history_logprob, prune
+from lm.ngram.store import load_store, read_arpa_store
 from lm.vocab import Vocabulary
 from tests.factories import patterned_sentences, random_sentences
 from tests.lm.test_kneser_ney import shards_of

@@ -1,4 +1,4 @@
-"""The compact numpy n-gram store (``lm.ngram_store``) gives the dict-based reader's numbers."""
+"""The compact numpy n-gram store (``lm.ngram.store``) gives the dict-based reader's numbers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from bench.kneser_ney import write_arpa
 from lm.ngram import LOG10, ArpaFormatError, NgramScorer, read_arpa
-from lm.ngram_store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
+from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
 from lm.scorer import sentence_pairs
 from tests.lm.test_ngram import HAND, HAND_LINES, MALFORMED, _kn, _line, _replace
 
@@ -81,7 +81,7 @@ def test_an_arpa_file_is_a_model_at_every_door(tmp_path, capsys):
     from tests.service.test_app import client_for
 
     text = write_text(tmp_path / "train.txt", patterned_sentences(300, seed=3))
-    arpa = tmp_path / "lm.arpa.gz"
+    arpa = tmp_path / "lm.ngram.arpa.gz"
     assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(arpa)]) == 0
     lattices = tmp_path / "lats.txt"
     lattices.write_text("u1\n0 1 the 1,10,\n0 1 a 1.5,9,\n1 2 cat 0.5,8,\n1 2 zebra 0.5,8.2,\n2 3 sat 1,20,\n3\n\n"
@@ -102,7 +102,7 @@ def test_an_arpa_file_is_a_model_at_every_door(tmp_path, capsys):
         r = client.post("/v1/rescore", json={"lattice": lattices.read_text(), "nbest": 4, "lm_weight": 1})
         assert r.status_code == 200, r.text
         assert [h["lm_logprob"] for x in r.json()["results"] for h in x["nbest"]] == pytest.approx(scored, abs=1e-4)
-        assert client.get("/v1/models").json()["models"][0]["name"] == "lm.arpa.gz"  # the file, as a directory's name
+        assert client.get("/v1/models").json()["models"][0]["name"] == "lm.ngram.arpa.gz"  # the file, as a directory's name
     model = afp.load_model(arpa)
     api = [h.lm_logprob for res in model.rescore(str(lattices), nbest=4, lm_weight=1) for h in res[0].nbest]
     assert api == pytest.approx(scored, abs=1e-4)
@@ -113,20 +113,20 @@ def test_an_ngram_model_directory_maps_the_same_model(tmp_path, capsys):
     without parsing, with the ARPA file's numbers."""
     import json
 
-    from lm.ngram_store import load_store
+    from lm.ngram.store import load_store
     from service.cli import main
     from tests.factories import patterned_sentences, write_text
 
     text = write_text(tmp_path / "train.txt", patterned_sentences(200, seed=2))
-    assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(tmp_path / "lm.arpa"),
+    assert main(["ngram", "--text", str(text), "--order", "3", "--out", str(tmp_path / "lm.ngram.arpa"),
                  "--store", str(tmp_path / "lm")]) == 0
     assert json.loads(capsys.readouterr().out)["store"] == str(tmp_path / "lm")
-    mapped, parsed = load_store(tmp_path / "lm"), load_store(tmp_path / "lm.arpa")
+    mapped, parsed = load_store(tmp_path / "lm"), load_store(tmp_path / "lm.ngram.arpa")
     assert mapped.words == parsed.words and mapped.counts == parsed.counts
     assert all(np.array_equal(a, b) for a, b in zip(mapped.logprobs, parsed.logprobs))
     sentences = write_text(tmp_path / "s.txt", patterned_sentences(20, seed=3))
     outputs = []
-    for model in ("lm", "lm.arpa"):
+    for model in ("lm", "lm.ngram.arpa"):
         assert main(["score", "--model", str(tmp_path / model), "--text", str(sentences), "--json"]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
@@ -273,7 +273,7 @@ def test_a_kaldi_style_unk_symbol_scores_the_unknown_words(tmp_path):
     ``[unk]`` too) scores every unknown word as it, in the store, its model directory, the dict
     view and the array-built store alike; it is not a known word."""
     from lm.ngram import read_arpa
-    from lm.ngram_store import LoadedNgram, save_store
+    from lm.ngram.store import LoadedNgram, save_store
 
     path = tmp_path / "kaldi.arpa"
     path.write_text(KALDI_UNK)

@@ -5,7 +5,7 @@ import gzip
 import pytest
 import torch
 
-from lm.corpus import CorpusError, batches, collate, encode, load_corpus, read_lhotse_texts, read_sentences
+from lm.corpus import CorpusError, batches, collate, encode, iter_lhotse_texts, load_corpus, read_sentences
 from lm.vocab import Vocabulary, VocabularyError
 from tests.factories import SHARED_DATA, random_sentences, write_text
 
@@ -124,7 +124,7 @@ def test_lhotse_supervision_and_cut_manifests(tmp_path):
     from lhotse import CutSet, Recording, RecordingSet
 
     sups = _write_supervisions(tmp_path / "supervisions.jsonl.gz")
-    assert read_lhotse_texts(tmp_path / "supervisions.jsonl.gz") == [["HELLO", "THERE"], ["GOOD", "BYE"]]
+    assert list(iter_lhotse_texts(tmp_path / "supervisions.jsonl.gz")) == [["HELLO", "THERE"], ["GOOD", "BYE"]]
     recordings = RecordingSet.from_recordings([Recording(id="r1", sources=[], sampling_rate=16000,
                                                          num_samples=48000, duration=3.0)])
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=sups)

@@ -1,8 +1,8 @@
 """ARPA back-off n-gram language models, and such a model as a finite-context scorer.
 
 :class:`NgramModel` is a dict-based view of what the one ARPA reader
-(:func:`lm.ngram_store.read_arpa_store`, the format and its checks in :mod:`lm.arpa`) reads, kept
-as the direct reference for the back-off definition; :class:`lm.ngram_store.NgramStore` scores
+(:func:`lm.ngram.store.read_arpa_store`, the format and its checks in :mod:`lm.ngram.arpa`) reads, kept
+as the direct reference for the back-off definition; :class:`lm.ngram.store.NgramStore` scores
 the same numbers in batches from compact arrays. Malformed input raises :class:`ArpaFormatError`
 naming the source and line.
 
@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, UNK, ArpaFormatError
-from lm.ngram_store import NgramStore, parse_arpa_store, read_arpa_store
+from lm.ngram.arpa import BOS, EOS, LOG10, LOG_FLOOR, UNK, ArpaFormatError
+from lm.ngram.store import NgramStore, parse_arpa_store, read_arpa_store
 
 __all__ = ["BOS", "EOS", "LOG10", "LOG_FLOOR", "UNK", "ArpaFormatError", "Gram", "NgramModel", "NgramScorer",
            "parse_arpa", "read_arpa", "sentence_logprob"]
@@ -160,7 +160,7 @@ def read_arpa(path_or_text: str | os.PathLike[str] | bytes, source: str | None =
 
 
 def parse_arpa(text: str, source: str = "<ARPA text>") -> NgramModel:
-    """Parse ARPA text (see :mod:`lm.arpa`); errors name ``source`` and the line."""
+    """Parse ARPA text (see :mod:`lm.ngram.arpa`); errors name ``source`` and the line."""
     return NgramModel.from_store(parse_arpa_store(text, source, dtype=np.float64))
 
 

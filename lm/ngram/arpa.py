@@ -1,6 +1,6 @@
 """The ARPA back-off n-gram format: the subset read, its word conventions and its error.
 
-The one reader is :func:`lm.ngram_store.read_arpa_store` (and :func:`lm.ngram_store.parse_arpa_store`
+The one reader is :func:`lm.ngram.store.read_arpa_store` (and :func:`lm.ngram.store.parse_arpa_store`
 for text, bytes or lines); :mod:`lm.ngram`'s dict-based model is built from what it reads. This
 module holds what both need, so neither imports the other's internals.
 

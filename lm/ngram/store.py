@@ -2,7 +2,7 @@
 ``--model LM.arpa[.gz]``, and the one ARPA reader.
 
 Per order ``n`` the store holds the n-grams' word-id rows packed into one sorted key each
-(:class:`lm.kneser_ney.Packer`: ``uint64`` when ``n * bits`` fits, else big-endian bytes), their
+(:class:`lm.ngram.kneser_ney.Packer`: ``uint64`` when ``n * bits`` fits, else big-endian bytes), their
 natural-log probabilities and back-off weights (float32 by default): about 16 bytes per n-gram,
 against the hundreds of the dict-based model (:class:`lm.ngram.NgramModel`, which is built from a
 float64 store). A batch of (history, word) queries is scored by the back-off definition of
@@ -10,8 +10,8 @@ float64 store). A batch of (history, word) queries is scored by the back-off def
 n-grams ``h w`` still unanswered, then one for the back-off weights of their contexts.
 
 :func:`read_arpa_store` (a path) and :func:`parse_arpa_store` (text, bytes or lines) read the
-format of :mod:`lm.arpa`, with all of its checks, and its word conventions: ``<s>`` is never
-predicted, an unknown word is ``<unk>``, or :data:`lm.arpa.LOG_FLOOR` when the file has none.
+format of :mod:`lm.ngram.arpa`, with all of its checks, and its word conventions: ``<s>`` is never
+predicted, an unknown word is ``<unk>``, or :data:`lm.ngram.arpa.LOG_FLOOR` when the file has none.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import torch
 from numpy.typing import DTypeLike
 from torch import Tensor
 
-from lm.arpa import BOS, EOS, LOG10, LOG_FLOOR, NGRAM_COUNT_LINE, UNK, ArpaFormatError, unk_symbol
-from lm.kneser_ney import Packer, find_keys
+from lm.ngram.arpa import BOS, EOS, LOG10, LOG_FLOOR, NGRAM_COUNT_LINE, UNK, ArpaFormatError, unk_symbol
+from lm.ngram.keys import Packer, find_keys
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,7 +42,7 @@ class NgramStore:
     Attributes:
       words: ``tuple[str, ...]``; ``words[i]`` is the word with id ``i``: the unigrams in file
         order, then ``<s>`` if the file lacks it and ``<unk>`` if the file has no unknown-word
-        symbol (:data:`lm.arpa.UNK_SYMBOLS`: ``<unk>``, ``<UNK>``, ``[unk]``, ``<SPOKEN_NOISE>``).
+        symbol (:data:`lm.ngram.arpa.UNK_SYMBOLS`: ``<unk>``, ``<UNK>``, ``[unk]``, ``<SPOKEN_NOISE>``).
       order: the highest n-gram order N.
       keys: ``keys[n - 1]`` order ``n``'s packed word-id rows, sorted ``(count_n,)``
         (:meth:`grams` unpacks them).
@@ -136,7 +136,7 @@ def read_arpa_store(path: str | os.PathLike[str], source: str | None = None,
     """Read an ARPA file (plain or gzip, streamed line by line) into an :class:`NgramStore` whose
     probabilities and back-off weights have ``dtype`` (float64 keeps the file's numbers exactly).
     ``source`` names the file in errors (default: the path); every error is an
-    :class:`lm.arpa.ArpaFormatError` naming it and, where there is one, the line."""
+    :class:`lm.ngram.arpa.ArpaFormatError` naming it and, where there is one, the line."""
     source = source or str(path)
     try:
         with open(path, "rb") as probe:
@@ -238,7 +238,7 @@ class _Section:
 
 
 def _read(lines: Iterator[str], source: str, dtype: DTypeLike) -> NgramStore:
-    """The one ARPA parser (the format and its checks: :mod:`lm.arpa`). Each line is split once and
+    """The one ARPA parser (the format and its checks: :mod:`lm.ngram.arpa`). Each line is split once and
     its numbers and words appended to flat arrays; what whole arrays show at once (numbers that
     are not finite, n-grams listed twice) is checked per section afterwards, and the first problem
     in file order is the one reported, as a line-by-line check would."""

@@ -1,5 +1,5 @@
 """Relative-entropy pruning of a back-off n-gram (Stolcke 1998; SRILM's ``ngram -prune``), on the
-arrays of a :class:`lm.kneser_ney.KneserNeyModel`: what ``afp ngram --prune THRESHOLD`` does so
+arrays of a :class:`lm.ngram.kneser_ney.KneserNeyModel`: what ``afp ngram --prune THRESHOLD`` does so
 that a 4-gram of tens of millions of n-grams fits in a repository or a server's memory.
 
 An n-gram ``h w`` of order ``n >= 2`` is removed when the model without it (its probability then
@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lm.kneser_ney import KneserNeyModel, Order, Packer, _groups, find_keys
-from lm.ngram_store import NgramStore
+from lm.ngram.keys import Packer, find_keys
+from lm.ngram.kneser_ney import KneserNeyModel, Order, _groups
+from lm.ngram.store import NgramStore
 
 __all__ = ["prune", "model_of_store", "all_divergences", "divergences", "backoff_logprob", "history_logprob"]
 

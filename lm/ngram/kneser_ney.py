@@ -32,39 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lm.arpa import LOG10, unk_symbol
+from lm.ngram.arpa import LOG10, unk_symbol
+from lm.ngram.keys import Packer, find_keys
+from lm.ngram.store import NgramStore
 
 #: tokens counted per chunk before its n-grams are merged into the totals
 CHUNK_TOKENS = 8_000_000
-
-
-class Packer:
-    """Rows of ``n`` ids (each below ``2**bits``) as sortable keys, row order = key order."""
-
-    def __init__(self, n: int, bits: int) -> None:
-        self.n, self.bits = n, bits
-        self.wide = n * bits > 64
-
-    def pack(self, rows: np.ndarray) -> np.ndarray:
-        """int ``(N, n)`` -> keys ``(N,)``."""
-        if self.wide:
-            data = np.ascontiguousarray(rows.astype(">u4"))
-            return data.view(np.dtype((np.void, 4 * self.n))).ravel()
-        keys = np.zeros(rows.shape[0], dtype=np.uint64)
-        for column in range(self.n):
-            keys = (keys << np.uint64(self.bits)) | rows[:, column].astype(np.uint64)
-        return keys
-
-    def unpack(self, keys: np.ndarray) -> np.ndarray:
-        """keys ``(N,)`` -> int64 ``(N, n)``."""
-        if self.wide:
-            return np.frombuffer(keys.tobytes(), dtype=">u4").reshape(-1, self.n).astype(np.int64)
-        mask = np.uint64((1 << self.bits) - 1)
-        out = np.empty((keys.shape[0], self.n), dtype=np.int64)
-        for column in range(self.n - 1, -1, -1):
-            out[:, column] = (keys & mask).astype(np.int64)
-            keys = keys >> np.uint64(self.bits)
-        return out
 
 
 def _merge(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,15 +147,6 @@ def _groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new = np.concatenate([[True], (context[1:] != context[:-1]).any(axis=1)])
     starts = np.flatnonzero(new)
     return starts, np.cumsum(new) - 1
-
-
-def find_keys(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions int64 ``(M,)`` of ``wanted`` ``(M,)`` in sorted ``keys`` ``(K,)``, and bool
-    ``(M,)`` whether each is there (positions of absent ones are meaningless)."""
-    if keys.shape[0] == 0:
-        return np.zeros(wanted.shape[0], dtype=np.int64), np.zeros(wanted.shape[0], dtype=bool)
-    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
-    return at, keys[at] == wanted
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: float) -> np.ndarray:
@@ -295,11 +259,9 @@ def _unigram_ids(bos: int, predictable: np.ndarray) -> np.ndarray:
 
 
 def to_store(model: KneserNeyModel, words: Sequence[str], bos: int, predictable: np.ndarray):
-    """The model as the :class:`lm.ngram_store.NgramStore` that reading its :func:`write_arpa`
+    """The model as the :class:`lm.ngram.store.NgramStore` that reading its :func:`write_arpa`
     file gives (word ids in the file's unigram order; float32 natural logs), straight from the
     arrays: seconds where writing and parsing the ARPA text of a large model take minutes."""
-    from lm.ngram_store import NgramStore  # here: lm.ngram_store imports this module's Packer
-
     unigram_ids = _unigram_ids(bos, predictable)
     store_words = [words[i] for i in unigram_ids.tolist()]
     num_file_words = len(store_words)
