@@ -398,3 +398,45 @@ def _reversed(lattice: Lattice) -> Lattice:
                    graph=zeros, finals=torch.tensor([lattice.start], dtype=torch.int64),
                    final_acoustic=torch.zeros(1, dtype=torch.float64), final_graph=torch.zeros(1, dtype=torch.float64),
                    symbols=lattice.symbols)
+
+
+def expansion_bound(lattice: Lattice, rho: int, skip: Iterable[str] = DEFAULT_SKIP) -> float:
+    """An upper bound on the arcs of :func:`expand` of ``lattice`` to ``rho`` (the exact count
+    takes the expansion itself), in a few whole-array steps per level: milliseconds where a
+    too-large expansion takes seconds before it fails, so a budget can be met by choosing a
+    pruning beam before expanding (:mod:`lattices.reduce`).
+
+    An expanded state is ``(s, h)`` with ``h`` the last ``rho`` LM words of some path to ``s``
+    (fewer, after ``<s>``, near the start). Each such ``h`` is the word sequence of at least one
+    *suffix*: a path ending at ``s`` that starts with a word arc and holds exactly ``rho`` words,
+    or a whole path from the start holding fewer. So the number of histories of ``s``, ``H(s)``,
+    is at most the number of such suffixes ``U(s)``, counted by dynamic programming over the
+    arcs in topological order, and the expansion's arcs, ``sum over arcs a of H(src a)``, are at
+    most ``sum over arcs a of U(src a)``. The bound is tight where different suffixes carry
+    different words (a deterministic lattice far from its start), loose where paths differ only
+    by skipped symbols. Returned as a float (counts of dense lattices pass 2**63)."""
+    if rho < 1:
+        raise ValueError(f"rho must be at least 1, got {rho}")
+    if not lattice.num_arcs:
+        return 0.0
+    src, dst = lattice.src.cpu().numpy(), lattice.dst.cpu().numpy()
+    is_word = lattice_word_map(lattice, skip).cpu().numpy()[lattice.words.cpu().numpy()] != PAD
+    n = lattice.num_states
+    suffix = np.zeros((n, rho + 1))  # suffix[s, k]: paths into s starting with a word arc, k words
+    whole = np.zeros((n, rho + 1))  # whole[s, k]: paths from the start into s with k words (k < rho kept)
+    whole[lattice.start, 0] = 1.0
+    order, offsets = topology.level_order(dst, lattice.levels.cpu().numpy())
+    for i in range(len(offsets) - 1):
+        part = order[offsets[i]:offsets[i + 1]]
+        word, skipped = part[is_word[part]], part[~is_word[part]]
+        np.add.at(suffix, dst[skipped], suffix[src[skipped]])
+        np.add.at(whole, dst[skipped], whole[src[skipped]])
+        shifted = np.zeros((word.shape[0], rho + 1))
+        shifted[:, 1:] = suffix[src[word], :-1]
+        shifted[:, 1] += 1.0  # the suffix that starts with this word arc
+        np.add.at(suffix, dst[word], shifted)
+        moved = np.zeros((word.shape[0], rho + 1))
+        moved[:, 1:] = whole[src[word], :-1]
+        np.add.at(whole, dst[word], moved)
+    histories = suffix[:, rho] + whole[:, :rho].sum(axis=1)
+    return float(histories[src].sum())

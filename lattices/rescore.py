@@ -29,11 +29,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, lattice_word_map
+from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, expansion_bound
 from lattices.kbest import search_distinct
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
 from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, WeightError, point_weights, score_lattice
+from lattices.reduce import prune, reduce_lattice
+from lattices.scored import old_lm_name
 from lattices.scorer import ContextScorer, WindowScorer
 from lattices.search import Dag, segment_logsumexp
 
@@ -46,6 +48,13 @@ AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 #: recogniser's combination plus the new LM at 0.5 of its own scale raised WER, at a quarter it
 #: stays within noise of the first pass; only tuning (afp tune) says what helps.
 DEFAULT_LM_WEIGHT = 0.25
+#: the expansion budget (arcs) of every door (the server's AFP_MAX_EXPANDED_ARCS)
+DEFAULT_MAX_EXPANDED_ARCS = 5_000_000
+#: the determinization's defaults (lattices.reduce): its pruning beam on the first pass's scores
+#: and its state limit
+DEFAULT_DETERMINIZE_BEAM: float | None = 15.0
+DEFAULT_MAX_DETERMINIZED_STATES: int | None = 20_000
+DETERMINIZE = ("auto", "always", "never")
 #: the request field of each option (where they differ)
 _FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")
@@ -58,8 +67,12 @@ __all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "default_
 class RescoreOptions:
     """How to combine scores and what to return. None means "from the lattice header".
 
-    ``auto_prune``: when the expansion exceeds ``max_expanded_arcs``, prune the input with beam
-    :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits, instead of failing.
+    ``auto_prune`` (default on, at every door): when the expansion would exceed
+    ``max_expanded_arcs``, prune to fit instead of failing, and report it (``RescoreResult.pruned``:
+    the beam, the budget it had to fit, what was kept): the fit stage of :mod:`lattices.reduce`,
+    or, for a lattice that is not determinized, the input pruned with beam
+    :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits. Off, such a lattice fails with
+    :class:`~lattices.expand.ExpansionTooLarge`.
     ``deadline``: ``time.monotonic()`` seconds after which the work stops with
     :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
     A hypothesis of an n-best list carries its ``rank`` in the list (1 = the recogniser's best);
@@ -78,6 +91,12 @@ class RescoreOptions:
     These are the one set of defaults of every door (``afp rescore``, ``afp tune``, ``POST
     /v1/rescore``, :meth:`afp.Model.rescore`, ``afp rescore-cuts``): each builds its options with
     :func:`afp.options.build_options`, which starts from them.
+    ``determinize``: ``auto`` (the default) makes a lattice whose expansion could pass
+    ``max_expanded_arcs`` (:func:`lattices.expand.expansion_bound`) small first, as
+    :mod:`lattices.reduce` says: determinized on words under the first pass's weights (beam
+    ``determinize_beam``, at most ``max_determinized_states`` states), minimized, and, with
+    ``auto_prune``, pruned to the largest beam that fits; never for ``posteriors`` (they need the
+    log semiring). ``always`` does it for every lattice, ``never`` for none.
     ``match_case``: a word the model does not know as written but knows in another case (``the``
     for an upper-case model) is scored as the model spells it (:mod:`lattices.case`); results
     keep the input's spellings.
@@ -96,13 +115,13 @@ class RescoreOptions:
     old_lm_weight: float | None = None
     word_penalty: float | None = None
     nbest: int = 1
-    max_expanded_arcs: int | None = 5_000_000
+    max_expanded_arcs: int | None = DEFAULT_MAX_EXPANDED_ARCS
     prune_beam: float | None = None
     posteriors: bool = False
     return_lattice: bool = False
     skip_words: frozenset[str] = DEFAULT_SKIP
     max_kbest_paths: int | None = None
-    auto_prune: bool = False
+    auto_prune: bool = True
     deadline: float | None = None
     score_weights: tuple[tuple[str, float], ...] = ()
     old_lm_score: str | None = None
@@ -111,6 +130,9 @@ class RescoreOptions:
     mbr_nbest: int = 100
     mbr_scale: float = 1.0
     match_case: bool = True
+    determinize: str = "auto"
+    determinize_beam: float | None = DEFAULT_DETERMINIZE_BEAM
+    max_determinized_states: int | None = DEFAULT_MAX_DETERMINIZED_STATES
 
     def __post_init__(self) -> None:
         if isinstance(self.score_weights, dict):
@@ -129,6 +151,10 @@ class RescoreOptions:
             if negative:  # a scale on a log-probability: below zero it would prefer the least likely
                 raise WeightError(f"{name} must not be negative (a weight of a log-probability), got {negative[0]:g}",
                                   _FIELDS.get(name, name))
+        if self.determinize not in DETERMINIZE:
+            raise ValueError(f"determinize must be one of {DETERMINIZE}, got {self.determinize!r}")
+        if self.determinize_beam is not None and not self.determinize_beam >= 0:
+            raise ValueError(f"determinize_beam must be >= 0, got {self.determinize_beam}")
         if self.decode not in DECODERS:
             raise ValueError(f"decode must be one of {DECODERS}, got {self.decode!r}")
         if self.mbr_nbest < 1:
@@ -297,30 +323,6 @@ class RescoreResult:
         return out
 
 
-def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: float,
-          skip: Iterable[str] = DEFAULT_SKIP, deadline: float | None = None,
-          score_weights: tuple[tuple[str, float], ...] = ()) -> tuple[Lattice, dict[str, Any]]:
-    """Keep the arcs on some path within ``beam`` of the best path under the lattice's own scores
-    (the first-pass combination of :mod:`lattices.scored`: every named score at its weight, the
-    old LM in full, and the word penalty), by forward-backward Viterbi. Returns the pruned
-    lattice and a report of what was removed."""
-    is_word = lattice_word_map(lattice, skip) >= 0
-    weights = dict(score_weights)
-    scores = word_penalty * is_word.to(lattice.device)[lattice.words].to(torch.float64)
-    final_scores = torch.zeros(lattice.finals.shape[0], dtype=torch.float64, device=lattice.device)
-    for name, (arc, final) in lattice.named_scores().items():
-        weight = weights.get(name, acoustic_scale if name == "acoustic" else 1.0)
-        scores, final_scores = scores + weight * arc, final_scores + weight * final
-    dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, scores, lattice.finals, final_scores,
-              lattice.levels, deadline)
-    through = dag.arc_best_scores()
-    best = float(through.max()) if through.numel() else 0.0
-    pruned = lattice.subset(through >= best - beam)
-    report = {"beam": beam, "arcs_before": lattice.num_arcs, "arcs_after": pruned.num_arcs,
-              "states_before": lattice.num_states, "states_after": pruned.num_states}
-    return pruned, report
-
-
 def rescore(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions = RescoreOptions(),
             device: torch.device | str | None = None, old_lm: ContextScorer | None = None,
             features: Mapping[str, WindowScorer] | None = None) -> list[RescoreResult]:
@@ -362,14 +364,62 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     lattice = lattice.to(device) if device is not None else lattice
     acoustic_scale, word_penalty = options.scales_for(lattice)
     pruned_report = None
+    own = tuple((k, v) for k, v in options.score_weights if k not in (features or {}))  # the input's scores
     if options.prune_beam is not None:  # beam 0 keeps the best path(s) only
-        own = tuple((k, v) for k, v in options.score_weights if k not in (features or {}))  # the input's scores
         lattice, pruned_report = prune(lattice, options.prune_beam, acoustic_scale, word_penalty, options.skip_words,
                                        options.deadline, own)
-    return score_lattice(lattice, scorer, old_lm=old_lm, old_lm_score=options.old_lm_score,
-                         acoustic_scale=acoustic_scale, word_penalty=word_penalty, skip=options.skip_words,
-                         max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report,
-                         features=features, match_case=options.match_case)
+    rho = max([s.context_size for s in (scorer, old_lm) if s is not None] + [f.rho for f in (features or {}).values()])
+    stages = None
+    if _reduces(lattice, options, rho):
+        reduced = reduce_lattice(lattice, rho, options.max_expanded_arcs, _ordering(lattice, options, acoustic_scale,
+                                                                                    old_lm is not None),
+                                 acoustic_scale=acoustic_scale, word_penalty=word_penalty, score_weights=dict(own),
+                                 determinize_beam=options.determinize_beam,
+                                 max_states=options.max_determinized_states, fit=options.auto_prune,
+                                 skip=options.skip_words, deadline=options.deadline)
+        lattice, stages = reduced.lattice, reduced.stats()
+        if reduced.pruned is not None:
+            pruned_report = {**(pruned_report or {}), **reduced.pruned}
+    scored = score_lattice(lattice, scorer, old_lm=old_lm, old_lm_score=options.old_lm_score,
+                           acoustic_scale=acoustic_scale, word_penalty=word_penalty, skip=options.skip_words,
+                           max_arcs=options.max_expanded_arcs, deadline=options.deadline, pruned=pruned_report,
+                           features=features, match_case=options.match_case)
+    if stages is not None:
+        scored.stats["stages"] = stages
+    return scored
+
+
+def _reduces(lattice: Lattice, options: RescoreOptions, rho: int) -> bool:
+    """Whether :func:`lattices.reduce.reduce_lattice` runs (``options.determinize``)."""
+    if options.determinize == "never" or lattice.num_arcs == 0:
+        return False
+    if options.determinize == "always":
+        return True
+    if options.posteriors or options.max_expanded_arcs is None:
+        return False
+    return expansion_bound(lattice, rho, options.skip_words) > options.max_expanded_arcs
+
+
+def _ordering(lattice: Lattice, options: RescoreOptions, acoustic_scale: float, exact_old_lm: bool) -> dict[str, float]:
+    """The first pass's weight of each named score of ``lattice``: ``score_weights``, the acoustic
+    scale, the old LM's weight (the recogniser's own, else 1, when unset; 1 for the graph score's
+    rest when an old-LM scorer replaces it), 1 for the rest."""
+    named = dict(options.score_weights)
+    recovered = dict(lattice.meta.get("first_pass_weights") or {})
+    old_name = old_lm_name(tuple(lattice.named_scores()), options.old_lm_score, lattice.key)
+    out = {}
+    for name in lattice.named_scores():
+        if name in named:
+            out[name] = named[name]
+        elif name == "acoustic":
+            out[name] = acoustic_scale
+        elif name == old_name and not exact_old_lm:
+            out[name] = options.old_lm_weight if options.old_lm_weight is not None else recovered.get(name, 1.0)
+        else:
+            out[name] = recovered.get(name, 1.0)
+    if not any(v > 0 for v in out.values()):  # every first-pass score off: order by the acoustic score alone
+        out = {name: 1.0 for name in out}
+    return out
 
 
 def rescore_scored(scored: ScoredLattice, options: RescoreOptions, started: float | None = None) -> list[RescoreResult]:

@@ -681,7 +681,7 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk
     given = {name: getattr(args, name, None) for name in (
         "lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "prune_beam",
         "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode", "mbr_nbest",
-        "mbr_scale")}
+        "mbr_scale", "determinize", "determinize_beam")}
     given["return_lattice"] = return_lattice
     given["match_case"] = False if getattr(args, "keep_case", False) else None
     weights = TunedWeights.read(args.weights) if getattr(args, "weights", None) else None
@@ -726,6 +726,8 @@ def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
 
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     """Options of both ``rescore`` and ``tune`` (the score combination is in lattices/scored.py)."""
+    from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS
+
     p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
     _add_score_precision(p)
     p.add_argument("--acoustic-scale", type=float, help="weight of a score named acoustic; default: 1/lmscale "
@@ -745,9 +747,14 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
                         "another case, such as PocketSphinx's lower-case words for an upper-case model, is scored "
                         "as the model spells it; results keep the input's spellings)")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
-    p.add_argument("--max-arcs", type=int, default=5_000_000, help="expansion budget (arcs; default 5000000)")
-    p.add_argument("--auto-prune", action="store_true",
-                   help="over the budget, prune (beam 10, then halving) instead of failing")
+    p.add_argument("--max-arcs", type=_positive, help=f"expansion budget (arcs; default {DEFAULT_MAX_EXPANDED_ARCS})")
+    p.add_argument("--auto-prune", action=argparse.BooleanOptionalAction, default=None,
+                   help="over the budget, prune to fit and report it (the default); --no-auto-prune fails instead")
+    p.add_argument("--determinize", choices=["auto", "always", "never"],
+                   help="make a lattice small before expanding it (determinize on words, minimize: lattices/reduce.py): "
+                        "auto (default) when its expansion could pass the budget, always, or never")
+    p.add_argument("--determinize-beam", type=float,
+                   help="the determinization's pruning beam on the first pass's scores (default 15)")
     p.add_argument("--mbr-nbest", type=int, default=100, help="distinct hypotheses MBR decoding weighs (default 100)")
     p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score) (default 1)")
 

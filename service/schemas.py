@@ -36,8 +36,13 @@ class RescoreOptionsModel(BaseModel):
     acoustic_scale: Weight | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
     word_penalty: Finite | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
     prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")
-    prune_if_too_large: bool = Field(default=False, description="on budget overflow, prune (beam 10, then "
-                                                                "halving) instead of failing")
+    prune_if_too_large: bool = Field(default=True, description="when the expansion would pass the budget, prune "
+                                                               "to fit and report it (pruned); false: fail with 422")
+    determinize: Literal["auto", "always", "never"] = Field(
+        default="auto", description="make the lattice small before expanding (determinize on words, minimize): "
+                                    "auto when its expansion could pass the budget")
+    determinize_beam: Finite | None = Field(default=None, ge=0.0, description="the determinization's pruning beam "
+                                                                               "(unset: the engine's default, 15)")
     posteriors: bool = Field(default=False, description="word posteriors of the best path")
     return_lattice: bool = Field(default=False, description="return the rescored lattice in the input format")
     score_weights: dict[str, Weight] | None = Field(

@@ -34,6 +34,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from afp.defaults import default_model_dir
+from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS
 
 
 class Settings(BaseSettings):
@@ -57,7 +58,7 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(default=64, gt=0)
     max_lattice_arcs: int = Field(default=500_000, gt=0)
     max_lattices: int = Field(default=1000, gt=0)
-    max_expanded_arcs: int = Field(default=5_000_000, gt=0)
+    max_expanded_arcs: int = Field(default=DEFAULT_MAX_EXPANDED_ARCS, gt=0)
     max_nbest: int = Field(default=100, gt=0)
     max_sentences: int = Field(default=10_000, gt=0)
     max_sentence_words: int = Field(default=1000, gt=0)

@@ -85,7 +85,7 @@ def test_rescore_cuts_goes_through_the_rescore_job(tmp_path, capsys):
     two = json.loads(capsys.readouterr().out)
     assert {k: v for k, v in two.items() if k != "out"} == {k: v for k, v in one.items() if k != "out"}
     # an expansion budget that utt1 (two first words) exceeds and utt2 does not
-    assert main(["rescore-cuts", "--model", str(model), "--max-arcs", "4", "--cuts", str(cuts),
+    assert main(["rescore-cuts", "--model", str(model), "--max-arcs", "4", "--no-auto-prune", "--cuts", str(cuts),
                  "--out", str(tmp_path / "c.jsonl.gz")]) == 2
     captured = capsys.readouterr()
     summary = json.loads(captured.out.splitlines()[0])

@@ -9,7 +9,7 @@ import torch
 
 from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, expand, word_map
 from lattices.lattice import Lattice
-from lattices.rescore import RescoreOptions, prune, rescore
+from lattices.rescore import RescoreOptions, prune, rescore  # prune: lattices.reduce, re-exported
 from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.corpus import collate, encode
@@ -147,7 +147,7 @@ def test_budget_error_names_the_budget():
     _, scorer = scorer_for(MODELS[3])
     lattice = random_lattice(2, num_states=10, extra_arcs=20)
     with pytest.raises(ExpansionTooLarge, match="budget of 5 arcs"):
-        rescore(lattice, scorer, replacing_options(max_expanded_arcs=5))
+        rescore(lattice, scorer, replacing_options(max_expanded_arcs=5, auto_prune=False))
 
 
 def test_pruning_keeps_paths_near_the_best_and_reports_it():
@@ -227,9 +227,17 @@ def test_auto_prune_shrinks_until_the_budget_fits():
     lattice = random_lattice(2, num_states=10, extra_arcs=20)
     full = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1))[0]
     budget = full.stats["expanded_arcs"] - 1
-    result = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1, max_expanded_arcs=budget, auto_prune=True))[0]
-    assert result.pruned is not None and result.pruned["arcs_after"] < lattice.num_arcs
-    assert result.stats["expanded_arcs"] <= budget
+    for determinize in ("never", "auto"):  # the input pruned; or determinized, minimized and fitted
+        result = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1, max_expanded_arcs=budget,
+                                                            determinize=determinize))[0]  # auto_prune: the default
+        assert result.pruned is not None and result.stats["expanded_arcs"] <= budget
+        if determinize == "never":
+            assert result.pruned["arcs_after"] < lattice.num_arcs
+        else:
+            stages = [s["stage"] for s in result.stats["stages"]]
+            assert stages[:3] == ["input", "determinize", "minimize"]  # a fit stage only where still too large
+            assert result.pruned["expansion_bound"] >= result.stats["expanded_arcs"]
+            assert ("fit" in stages) == ("budget" in result.pruned)
     assert result.best.lm_logprob == pytest.approx(sentence_logprob(model, result.best.words), abs=1e-4)
 
 

@@ -1,0 +1,587 @@
+"""Epsilon removal and (pruned) determinization on words, exact in a generalised tropical semiring.
+
+A lattice's first-pass scores are ``C`` named components (:meth:`Lattice.named_scores`:
+``acoustic`` and ``graph``, or an n-best list's ``decoder``, ``ctc``...). Both operations work in
+the semiring of Kaldi's ``LatticeWeight`` generalised to ``C`` components: a weight is a float64
+vector ``x`` ``(C,)``, the product of two weights is their sum, and their "sum" keeps the better
+one, paths being ordered by ``w . x`` for the given ordering vector ``w`` ``(C,)`` (the request's
+weights; higher is better, as every score in :mod:`lattices.lattice`), ties broken by the
+components themselves in order (higher first), so that the choice is deterministic.
+
+What is exact: for every word sequence of the input, the output holds that sequence once (no
+state has two arcs with the same word, no epsilons), with the component vector of its best path
+under ``w``. So the Viterbi best path and the n-best word sequences under ``w`` are exact, their
+component vectors included, and with one component (PocketSphinx's acoustic-only lattices) they
+are exact for *every* positive weight. The sums of the other paths of a sequence are lost: arc
+posteriors and MBR need the log semiring (determinization with log-sum-exp "plus"), which is not
+done here. "Exact" is up to floating-point rounding: two determinized states are merged when
+their residual weights agree after rounding to ``delta`` (default ``1e-6``, like Kaldi's
+``delta``), so a sequence's vector may be off by at most ``delta`` per word.
+
+Symbols removed (treated as epsilon): id 0, the ``skip`` symbols (default
+:data:`lattices.expand.DEFAULT_SKIP`: sentence boundaries, silence, noise) and Kaldi's
+disambiguation symbols ``#0``, ``#1``... Per-arc and per-state extras (times, pronunciations,
+transition ids) have no meaning on merged states and are dropped; ``key``, ``symbols`` and
+``meta`` are kept, and the score components keep their names.
+
+Pruned determinization (``beam``) follows Kaldi's ``lat/determinize-lattice-pruned.cc``:
+transitions out of determinized states are processed best-first from a priority queue whose
+priority is the score of the best complete path through the transition; transitions (and final
+weights) whose priority is below ``best - beam`` are dropped (less a rounding tolerance of
+``1e-9 * (1 + |best|)``). Guarantees, as Kaldi's: (a) every word sequence whose best pruning
+score is within ``beam`` of the best is kept, with its exact best component vector; (b) every
+kept arc and final weight lies on a kept path whose sequence is within the beam; (c) every kept
+sequence is a sequence of the input, and some outside the beam may be kept, because
+determinized states are shared. Pruning on ``w . x`` (no ``prune_scores``), a subset also
+drops the elements (input states) through which no path within the beam passes (Kaldi keeps
+them): states that differ only there merge, which makes the result several times smaller and
+faster to build, and a kept sequence *outside* the beam then carries the components of one of
+its paths, not necessarily its best. With ``prune_scores`` every kept sequence has its best
+vector (the best path under ``w`` may lie outside the pruning beam, so no element is dropped).
+
+With ``max_states`` the queue stops before the state that would pass the limit, and
+:class:`DeterminizationTooLarge` carries the partial result and the largest beam that fits (as
+Kaldi's effective beam): best-first order makes the partial result hold every sequence within
+that beam, and a second call with that beam stays within ``max_states``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lattices import topology
+from lattices.expand import DEFAULT_SKIP, is_disambiguation
+from lattices.lattice import Lattice
+
+#: residual weights that agree after rounding to this many nats are taken as equal
+DELTA = 1e-6
+
+Weights = Union[Mapping[str, float], Sequence[float], np.ndarray, Tensor]
+
+
+class DeterminizationTooLarge(ValueError):
+    """Determinization stopped at ``max_states`` states.
+
+    Attributes: ``key``; ``max_states``; ``effective_beam`` (a beam that fits: determinizing
+    again with it stays within ``max_states``, and every word sequence whose pruning score is
+    within it of the best is in ``partial``; None when not even the best path fits);
+    ``partial`` (the determinized lattice built so far, trimmed; None when it has no complete
+    path yet).
+    """
+
+    def __init__(self, key: str, max_states: int, effective_beam: float | None, partial: Lattice | None) -> None:
+        self.key, self.max_states, self.effective_beam, self.partial = key, max_states, effective_beam, partial
+        fits = ("not even the best path fits" if effective_beam is None
+                else f"a beam of {effective_beam:.4g} fits")
+        super().__init__(f"lattice {key!r}: determinization reached max_states={max_states} states with "
+                         f"transitions left within the beam; {fits}")
+
+
+# ---------------------------------------------------------------------------------------- arrays
+@dataclass(frozen=True)
+class _Graph:
+    """An acyclic weighted acceptor as numpy arrays (``S`` states, ``A`` arcs, ``F`` finals, ``C`` components).
+
+    src, dst, word: int64 ``(A,)`` (``word`` 0 is epsilon); x: float64 ``(A, C)`` score
+    components; p: float64 ``(A,)`` pruning score; finals: int64 ``(F,)`` distinct;
+    fx: float64 ``(F, C)``; fp: float64 ``(F,)``.
+    """
+
+    num_states: int
+    start: int
+    src: np.ndarray
+    dst: np.ndarray
+    word: np.ndarray
+    x: np.ndarray
+    p: np.ndarray
+    finals: np.ndarray
+    fx: np.ndarray
+    fp: np.ndarray
+
+
+def score_components(lattice: Lattice) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """The names of the lattice's score components and their values: float64 ``(A, C)`` per arc
+    and ``(F, C)`` per final state (numpy, CPU), in :meth:`Lattice.named_scores` order."""
+    named = lattice.named_scores()
+    arcs = [values.detach().cpu().numpy().astype(np.float64) for values, _ in named.values()]
+    finals = [values.detach().cpu().numpy().astype(np.float64) for _, values in named.values()]
+    return (tuple(named), np.stack(arcs, axis=1).reshape(lattice.num_arcs, len(named)),
+            np.stack(finals, axis=1).reshape(int(lattice.finals.shape[0]), len(named)))
+
+
+def ordering_vector(weights: Weights, names: Sequence[str]) -> np.ndarray:
+    """float64 ``(C,)``: the weight of each component in ``names``.
+
+    ``weights`` is a mapping from component name to weight (every name needed; other keys, such
+    as a new LM's weight, are ignored) or a sequence of ``C`` weights in ``names`` order. Raises
+    ``ValueError`` for a missing name, a wrong length, a weight that is negative or not finite,
+    or all weights zero."""
+    if isinstance(weights, Mapping):
+        missing = [name for name in names if name not in weights]
+        if missing:
+            raise ValueError(f"weights lack the score component(s) {missing}; the lattice has {list(names)}")
+        w = np.array([float(weights[name]) for name in names], dtype=np.float64)
+    else:
+        values = weights.detach().cpu().numpy() if isinstance(weights, Tensor) else weights
+        w = np.asarray(values, dtype=np.float64).reshape(-1)
+        if w.shape != (len(names),):
+            raise ValueError(f"{w.shape[0]} weights given for the {len(names)} score components {list(names)}")
+    if not np.isfinite(w).all() or (w < 0).any() or not (w > 0).any():
+        raise ValueError(f"weights must be finite, non-negative and not all zero, got {w.tolist()}")
+    return w
+
+
+def skipped_symbol_ids(symbols: Sequence[str], ids: Iterable[int], skip: Iterable[str] = DEFAULT_SKIP) -> np.ndarray:
+    """int64: those of ``ids`` that are not words: 0, empty spellings, ``skip`` symbols and
+    disambiguation symbols (``#0``, ``#1``...)."""
+    skip = frozenset(skip)
+    return np.array([i for i in ids if i == 0 or not symbols[i] or symbols[i] in skip or is_disambiguation(symbols[i])],
+                    dtype=np.int64)
+
+
+def _graph(lattice: Lattice, w: np.ndarray, skip: Iterable[str], prune_scores: Tensor | None = None,
+           prune_final_scores: Tensor | None = None) -> _Graph:
+    _, x, fx = score_components(lattice)
+    words = lattice.words.cpu().numpy().astype(np.int64)
+    used = np.unique(words).tolist()
+    words = np.where(np.isin(words, skipped_symbol_ids(lattice.symbols, used, skip)), 0, words)
+    if prune_scores is None:
+        p, fp = x @ w, fx @ w
+    else:
+        p = prune_scores.detach().cpu().numpy().astype(np.float64).reshape(-1)
+        if p.shape != (lattice.num_arcs,) or not np.isfinite(p).all():
+            raise ValueError(f"prune_scores must be {lattice.num_arcs} finite scores, one per arc, got shape {p.shape}")
+        fp = (np.zeros(len(lattice.finals)) if prune_final_scores is None
+              else prune_final_scores.detach().cpu().numpy().astype(np.float64).reshape(-1))
+        if fp.shape != (int(lattice.finals.shape[0]),):
+            raise ValueError(f"prune_final_scores must have one score per final state, got shape {fp.shape}")
+    return _Graph(lattice.num_states, lattice.start, lattice.src.cpu().numpy().astype(np.int64),
+                  lattice.dst.cpu().numpy().astype(np.int64), words, x, p,
+                  lattice.finals.cpu().numpy().astype(np.int64), fx, fp)
+
+
+def build_lattice(template: Lattice, num_states: int, start: int, src: np.ndarray, dst: np.ndarray,
+                  words: np.ndarray, x: np.ndarray, finals: np.ndarray, fx: np.ndarray) -> Lattice:
+    """A lattice with ``template``'s key, symbols, meta, score names and device, and the given
+    graph: int64 ``(A,)`` src/dst/words, float64 ``(A, C)`` components ``x``, int64 ``(F,)``
+    finals and float64 ``(F, C)`` final components ``fx``. No extras (they belong to the old graph)."""
+    device = template.device
+    names = tuple(template.named_scores())
+
+    def tensor(values: np.ndarray, dtype: torch.dtype) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(values)).to(device=device, dtype=dtype)
+
+    a, f = len(src), len(finals)
+    if template.scores:
+        comps = {"acoustic": tensor(np.zeros(a), torch.float64), "graph": tensor(np.zeros(a), torch.float64),
+                 "final_acoustic": tensor(np.zeros(f), torch.float64),
+                 "final_graph": tensor(np.zeros(f), torch.float64),
+                 "scores": {n: tensor(x[:, i], torch.float64) for i, n in enumerate(names)},
+                 "final_scores": {n: tensor(fx[:, i], torch.float64) for i, n in enumerate(names)}}
+    else:
+        comps = {"acoustic": tensor(x[:, 0], torch.float64), "graph": tensor(x[:, 1], torch.float64),
+                 "final_acoustic": tensor(fx[:, 0], torch.float64), "final_graph": tensor(fx[:, 1], torch.float64),
+                 "scores": {}, "final_scores": {}}
+    return Lattice(key=template.key, num_states=num_states, start=start, src=tensor(src, torch.int64),
+                   dst=tensor(dst, torch.int64), words=tensor(words, torch.int64), finals=tensor(finals, torch.int64),
+                   symbols=template.symbols, meta=dict(template.meta), **comps)
+
+
+def best_of_groups(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
+                   p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows grouped by equal ``keys`` (non-negative int64 ``(N,)`` columns, primary first):
+    the index of each group's best row (highest ``score`` ``(N,)``, ties to the highest
+    components ``x`` ``(N, C)`` in order, then the lowest index) and each group's highest ``p``
+    ``(N,)``. Groups come in increasing key order. Returns int64 ``(G,)`` and float64 ``(G,)``.
+
+    One two-key sort (the keys packed into one int64, then the score); the components are sorted
+    on only when a group's top score is tied between rows with different components."""
+    n = len(score)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    key, span = keys[0], 1
+    for column in keys[1:]:
+        size = int(column.max()) + 1
+        span = (int(key.max()) + 1) * size
+        if span >= 2 ** 62:
+            return _best_of_groups_by_components(keys, x, score, p)
+        key = key * size + column
+    order = np.lexsort((-score, key))
+    k = key[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(k[1:], k[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    best = order[starts]
+    ranked = score[order]
+    group = np.cumsum(new) - 1
+    tied = ranked == ranked[starts][group]
+    if int(tied.sum()) > len(starts) and (x[order[tied]] != x[best[group[tied]]]).any():
+        return _best_of_groups_by_components(keys, x, score, p)
+    return best, np.maximum.reduceat(p[order], starts)
+
+
+def _best_of_groups_by_components(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
+                                  p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`best_of_groups` with every component in the sort (for ties and huge keys)."""
+    columns = [-x[:, c] for c in range(x.shape[1] - 1, -1, -1)]
+    order = np.lexsort([*columns, -score, *reversed(keys)])
+    new = np.zeros(len(order), dtype=bool)
+    new[0] = True
+    for key in keys:
+        k = key[order]
+        new[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(new)
+    return order[starts], np.maximum.reduceat(p[order], starts)
+
+
+def _quantize(values: np.ndarray, delta: float) -> np.ndarray:
+    """Bytes-ready canonical form of residual weights: rounded to ``delta`` (int64), or the
+    float64 values with ``-0.0`` made ``0.0`` when ``delta`` is 0 (exact equality)."""
+    if delta > 0:
+        return np.rint(values / delta).astype(np.int64)
+    return values + 0.0
+
+
+def _backward(g: _Graph, levels: np.ndarray) -> np.ndarray:
+    """float64 ``(S,)``: the best pruning score from each state to the end (final score included)."""
+    beta = np.full(g.num_states, -math.inf)
+    beta[g.finals] = g.fp
+    order, offsets = topology.level_order(g.src, levels)
+    for i in range(len(offsets) - 2, -1, -1):
+        part = order[offsets[i]:offsets[i + 1]]
+        np.maximum.at(beta, g.src[part], beta[g.dst[part]] + g.p[part])
+    return beta
+
+
+def _trim(g: _Graph, levels: np.ndarray) -> _Graph:
+    """``g`` without the states that are not on a start-to-final path, renumbered in order."""
+    alive = topology.reachable(g.num_states, np.array([g.start]), g.src, g.dst, levels)
+    alive &= topology.reachable(g.num_states, g.finals, g.dst, g.src, levels, backward=True)
+    if alive.all():
+        return g
+    new_id = np.cumsum(alive) - 1
+    arcs = alive[g.src] & alive[g.dst]
+    fin = alive[g.finals]
+    return _Graph(int(alive.sum()), int(new_id[g.start]), new_id[g.src[arcs]], new_id[g.dst[arcs]], g.word[arcs],
+                  g.x[arcs], g.p[arcs], new_id[g.finals[fin]], g.fx[fin], g.fp[fin])
+
+
+def _segments(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For runs of ``counts`` ``(K,)`` items: each item's run (int64 ``(N,)``) and its position in the run."""
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(counts)), counts)
+    return owner, np.arange(total) - (np.cumsum(counts) - counts)[owner]
+
+
+# ------------------------------------------------------------------------------ epsilon removal
+class _Pairs:
+    """A growing table of epsilon-closure pairs ``(q, r, x, p)`` (int64, int64, float64 ``(C,)``,
+    float64), appended in chunks at amortised constant cost per pair; the properties are views
+    of the ``size`` rows filled so far."""
+
+    def __init__(self, components: int) -> None:
+        self.size = 0
+        self._q, self._r = np.zeros(16, np.int64), np.zeros(16, np.int64)
+        self._x, self._p = np.zeros((16, components)), np.zeros(16)
+
+    def append(self, q: np.ndarray, r: np.ndarray, x: np.ndarray, p: np.ndarray) -> None:
+        end = self.size + len(q)
+        if end > len(self._q):
+            grow = max(end, 2 * len(self._q))
+            self._q, self._r = np.resize(self._q, grow), np.resize(self._r, grow)
+            self._x, self._p = np.resize(self._x, (grow, self._x.shape[1])), np.resize(self._p, grow)
+        self._q[self.size:end], self._r[self.size:end], self._x[self.size:end], self._p[self.size:end] = q, r, x, p
+        self.size = end
+
+    q = property(lambda self: self._q[:self.size])
+    r = property(lambda self: self._r[:self.size])
+    x = property(lambda self: self._x[:self.size])
+    p = property(lambda self: self._p[:self.size])
+
+
+def _remove_epsilons(g: _Graph, w: np.ndarray) -> _Graph:
+    """``g`` without epsilon arcs (word 0), trimmed.
+
+    Each state ``q`` gets the epsilon closure ``{(r, best epsilon path q -> r)}`` (computed level
+    by level from the deepest, on whole arrays), a copy of every word arc of each ``r`` with the
+    epsilon path's weight added in front, and the best final weight through it. Parallel arcs
+    (same source, word and destination) are merged into the best one (highest ``p`` for the
+    pruning score)."""
+    eps = g.word == 0
+    if not eps.any():
+        return g
+    n, c = g.num_states, g.x.shape[1]
+    levels = topology.longest_path_levels(n, g.src, g.dst)
+    e = np.flatnonzero(eps)
+    e = e[np.argsort(-levels[g.src[e]], kind="stable")]
+    bounds = [0, *(np.flatnonzero(np.diff(levels[g.src[e]])) + 1).tolist(), len(e)]
+    first, count = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    pairs = _Pairs(c)  # (q, r, x, p): the best epsilon path q -> r, each q's pairs together
+    for lo, hi in zip(bounds[:-1], bounds[1:]):  # deepest level first: closures of destinations are done
+        arcs = e[lo:hi]
+        q, r, x, p = g.src[arcs], g.dst[arcs], g.x[arcs], g.p[arcs]
+        owner, offset = _segments(count[r])
+        pos = first[r][owner] + offset
+        q = np.concatenate([q, q[owner]])
+        r = np.concatenate([r, pairs.r[pos]])
+        x = np.concatenate([x, x[owner] + pairs.x[pos]])
+        p = np.concatenate([p, p[owner] + pairs.p[pos]])
+        best, p = best_of_groups([q, r], x, x @ w, p)
+        q, r, x = q[best], r[best], x[best]
+        starts = np.flatnonzero(np.concatenate([[True], q[1:] != q[:-1]]))
+        first[q[starts]] = pairs.size + starts
+        count[q[starts]] = np.diff(np.append(starts, len(q)))
+        pairs.append(q, r, x, p)
+    pair_q, pair_r, pair_x, pair_p = pairs.q, pairs.r, pairs.x, pairs.p
+    words = np.flatnonzero(~eps)
+    order, starts = topology.arcs_by_state(n, g.src[words])
+    owner, offset = _segments(starts[pair_r + 1] - starts[pair_r])
+    arc = words[order[starts[pair_r][owner] + offset]]  # word arcs leaving each closure state
+    src = np.concatenate([g.src[words], pair_q[owner]])
+    dst = np.concatenate([g.dst[words], g.dst[arc]])
+    word = np.concatenate([g.word[words], g.word[arc]])
+    x = np.concatenate([g.x[words], pair_x[owner] + g.x[arc]])
+    p = np.concatenate([g.p[words], pair_p[owner] + g.p[arc]])
+    best, p = best_of_groups([src, word, dst], x, x @ w, p)
+    final_pos = np.full(n, -1, dtype=np.int64)
+    final_pos[g.finals] = np.arange(len(g.finals))
+    via = final_pos[pair_r] >= 0
+    fin = np.concatenate([g.finals, pair_q[via]])
+    fx = np.concatenate([g.fx, pair_x[via] + g.fx[final_pos[pair_r[via]]]])
+    fp = np.concatenate([g.fp, pair_p[via] + g.fp[final_pos[pair_r[via]]]])
+    fbest, fp = best_of_groups([fin], fx, fx @ w, fp)
+    out = _Graph(n, g.start, src[best], dst[best], word[best], x[best], p, fin[fbest], fx[fbest], fp)
+    return _trim(out, levels)
+
+
+def remove_epsilons(lattice: Lattice, weights: Weights | None = None, skip: Iterable[str] = DEFAULT_SKIP) -> Lattice:
+    """The lattice without epsilon arcs and without the ``skip`` symbols' arcs (see the module
+    docstring), their scores folded into the word arcs that follow them and into final weights.
+
+    Exact (up to rounding) in the semiring of the module docstring: every word sequence stays,
+    with its best component vector under ``weights`` (where several epsilon paths join the same
+    two states, the best under ``weights`` is kept). ``weights`` may be left out when the lattice
+    has one score component, where every positive weight orders paths alike. Parallel arcs with
+    the same source, word and destination become the best one. Unreachable and dead states are
+    removed. Returns a new lattice; ``lattice`` is not changed."""
+    names, _, _ = score_components(lattice)
+    if weights is None:
+        if len(names) != 1:
+            raise ValueError(f"weights are needed to choose among epsilon paths with the components {list(names)}")
+        weights = [1.0]
+    w = ordering_vector(weights, names)
+    g = _remove_epsilons(_graph(lattice, w, skip), w)
+    return build_lattice(lattice, g.num_states, g.start, g.src, g.dst, g.word, g.x, g.finals, g.fx)
+
+
+# ------------------------------------------------------------------------------ determinization
+def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, max_states: int | None = None,
+                prune_scores: Tensor | None = None, *, prune_final_scores: Tensor | None = None,
+                skip: Iterable[str] = DEFAULT_SKIP, delta: float = DELTA) -> Lattice:
+    """The word-deterministic lattice of ``lattice`` (epsilons and ``skip`` symbols removed first).
+
+    Args:
+      lattice: an acyclic lattice (``A`` arcs, ``F`` final states, ``C`` score components).
+      weights: the ordering vector ``w``: component name -> weight, or ``C`` weights
+        (:func:`ordering_vector`). Paths are compared by ``w . x``.
+      beam: None for exact determinization; else prune as Kaldi's
+        ``lattice-determinize-pruned`` (module docstring): keep only transitions and final
+        weights on paths whose pruning score is within ``beam`` of the best.
+      max_states: stop before creating more determinized states than this, raising
+        :class:`DeterminizationTooLarge` (with the partial result and the beam it reached).
+      prune_scores: float64 ``(A,)`` per-arc pruning scores (higher is better, e.g. a first pass
+        score recovered from posteriors) used instead of ``w . x`` for the beam; final states
+        then add ``prune_final_scores`` (float64 ``(F,)``, default 0). Ignored without ``beam``.
+      skip: symbols removed like epsilon.
+      delta: residual weights equal after rounding to ``delta`` are merged (0: bit equality).
+
+    Returns a new lattice: start state 0, states numbered in creation order (best first), no
+    epsilon arcs and no state with two arcs of the same word, each word sequence with the
+    components of its best path (module docstring), trimmed. With ``prune_scores``, states also
+    differ by their pruning-score residuals (so that the beam is applied exactly), which can
+    make more states than pruning on ``w . x``; :func:`lattices.minimize.minimize` merges them.
+    Raises ``ValueError`` for bad weights or pruning scores, a negative beam, or
+    ``max_states < 1``.
+    """
+    if beam is not None and not beam >= 0:
+        raise ValueError(f"beam must be a non-negative number, got {beam}")
+    if max_states is not None and max_states < 1:
+        raise ValueError(f"max_states must be at least 1, got {max_states}")
+    names, _, _ = score_components(lattice)
+    w = ordering_vector(weights, names)
+    pruning = beam is not None and prune_scores is not None
+    g = _graph(lattice, w, skip, prune_scores if pruning else None, prune_final_scores if pruning else None)
+    g = _remove_epsilons(g, w)
+    levels = topology.longest_path_levels(g.num_states, g.src, g.dst)
+    beta = _backward(g, levels)
+    best = float(beta[g.start])
+    tolerance = 1e-9 * (1.0 + abs(best))  # the priorities sum the same scores in another order
+    cutoff = -math.inf if beam is None else best - beam - tolerance
+    out, stopped = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning).run()
+    num_states, src, dst, word, x, finals, fx = out
+    result = build_lattice(lattice, num_states, 0, src, dst, word, x, finals, fx) if len(finals) else None
+    if result is not None and (beam is not None or stopped is not None):
+        result = result.subset(torch.ones(result.num_arcs, dtype=torch.bool, device=result.device))
+    if stopped is not None:
+        fits = best - stopped - 2 * tolerance  # a beam whose cutoff is above the task it stopped at
+        raise DeterminizationTooLarge(lattice.key, max_states or 0, fits if fits >= 0 else None, result)
+    assert result is not None, f"no final state in the determinized {lattice.key!r}"
+    return result
+
+
+class _Determinizer:
+    """The subset construction of :func:`determinize` on an epsilon-free :class:`_Graph`.
+
+    A determinized state is a subset of input states with residual weights: int64 ``(k,)``
+    sorted states, float64 ``(k, C)`` component residuals (the best element's is 0) and float64
+    ``(k,)`` pruning residuals, plus ``forward``, the best pruning score of reaching it (fixed at
+    creation: the queue is processed in decreasing priority, so the first prefix that creates a
+    state is its best). Creating a state computes its final weight and, on whole arrays, one
+    transition per word leaving it (the destination subset, the arc's components, the priority);
+    each becomes a task, found again by ``(state, index)``. Tasks are taken best first from a
+    heap when there is a beam or a state limit, else in creation order."""
+
+    def __init__(self, g: _Graph, w: np.ndarray, beta: np.ndarray, cutoff: float, max_states: int | None,
+                 delta: float, key_on_pruning: bool) -> None:
+        self.g, self.w, self.beta, self.cutoff, self.max_states = g, w, beta, cutoff, max_states
+        self.delta, self.key_on_pruning = delta, key_on_pruning
+        self.best_first = cutoff > -math.inf or max_states is not None
+        # pruning on w . x, each path's pruning score is its ordering score: an element whose best
+        # way to the end is outside the beam carries no best path of a sequence within the beam
+        self.prune_elements = cutoff > -math.inf and not key_on_pruning
+        order = np.lexsort((g.dst, g.word, g.src))  # arcs by (source, word, destination)
+        _, self.starts = topology.arcs_by_state(g.num_states, g.src)
+        self.word, self.dst, self.x, self.p = g.word[order], g.dst[order], g.x[order], g.p[order]
+        self.final_pos = np.full(g.num_states, -1, dtype=np.int64)
+        self.final_pos[g.finals] = np.arange(len(g.finals))
+        self.forward: list[float] = []
+        self.transitions: list[tuple] = []  # per state: its transitions' arrays (see _create)
+        self.tasks: list = []  # a heap of (-priority, count, state, index), or a list of (state, index)
+        self.pushed = 0
+        self.finals: list[int] = []
+        self.final_x: list[np.ndarray] = []
+
+    def run(self) -> tuple[tuple, float | None]:
+        """Determinize. Returns ``(num_states, src, dst, word, x, finals, fx)`` arrays and the
+        priority of the task it stopped at (None when the tasks ran out)."""
+        c = self.g.x.shape[1]
+        self._create(np.array([self.g.start]), np.zeros((1, c)), np.zeros(1), 0.0)
+        table: dict[bytes, int] = {}
+        arc_src: list[int] = []
+        arc_index: list[int] = []
+        arc_dst: list[int] = []
+        stopped, done, tasks, transitions = None, 0, self.tasks, self.transitions
+        while (done < len(tasks)) if not self.best_first else tasks:
+            if self.best_first:
+                negative, _, state, i = heapq.heappop(tasks)
+            else:
+                (state, i), negative = tasks[done], 0.0
+                done += 1
+            dst, x_res, p_res, qx, qp, bounds, _, _, arc_p, _ = transitions[state]
+            lo, hi = bounds[i], bounds[i + 1]
+            key = dst[lo:hi].tobytes() + qx[lo:hi].tobytes() + (b"" if qp is None else qp[lo:hi].tobytes())
+            target = table.get(key)
+            if target is None:
+                if self.max_states is not None and len(self.forward) >= self.max_states:
+                    stopped = -negative
+                    break
+                target = table[key] = self._create(dst[lo:hi], x_res[lo:hi], p_res[lo:hi],
+                                                   self.forward[state] + float(arc_p[i]))
+            arc_src.append(state)
+            arc_index.append(i)
+            arc_dst.append(target)
+        src, index = np.array(arc_src, dtype=np.int64), np.array(arc_index, dtype=np.int64)
+        offsets = np.cumsum([0] + [len(t[7]) for t in transitions])
+        words = np.concatenate([t[7] for t in transitions])
+        all_x = np.concatenate([t[6] for t in transitions])
+        flat = offsets[src] + index
+        fx = np.stack(self.final_x) if self.final_x else np.zeros((0, c))
+        out = (len(self.forward), src, np.array(arc_dst, dtype=np.int64), words[flat], all_x[flat],
+               np.array(self.finals, dtype=np.int64), fx)
+        return out, stopped
+
+    def _create(self, states: np.ndarray, xres: np.ndarray, pres: np.ndarray, forward: float) -> int:
+        """Add the determinized state of subset ``(states, xres, pres)`` reached with pruning
+        score ``forward``: its final weight and its transitions, queued. Returns its id.
+
+        The transitions (``T`` words, ``K`` destination elements in all) are kept as
+        ``(dst (K,), x_res (K, C), p_res (K,), quantized x_res, quantized p_res or None,
+        bounds (T + 1,), arc_x (T, C), words (T,), arc_p (T,), priority (T,))``: transition
+        ``i``'s subset is rows ``bounds[i]:bounds[i + 1]``."""
+        g, w, state = self.g, self.w, len(self.forward)
+        self.forward.append(forward)
+        fpos = self.final_pos[states]
+        is_final = fpos >= 0
+        if is_final.any():
+            cand_x, cand_p = xres[is_final] + g.fx[fpos[is_final]], pres[is_final] + g.fp[fpos[is_final]]
+            if forward + cand_p.max() >= self.cutoff:
+                if len(cand_p) > 1:
+                    i, _ = best_of_groups([np.zeros(len(cand_p), np.int64)], cand_x, cand_x @ w, cand_p)
+                    cand_x = cand_x[i]
+                self.finals.append(state)
+                self.final_x.append(cand_x[0])
+        lo = self.starts[states]
+        owner, offset = _segments(self.starts[states + 1] - lo)
+        pos = lo[owner] + offset
+        word, dst = self.word[pos], self.dst[pos]
+        x, p = xres[owner] + self.x[pos], pres[owner] + self.p[pos]
+        score = x @ w
+        best, p = best_of_groups([word, dst], x, score, p)  # one element per (word, destination)
+        word, dst, x, score = word[best], dst[best], x[best], score[best]
+        if self.prune_elements:  # drop the elements no path within the beam goes through
+            alive = forward + p + self.beta[dst] >= self.cutoff
+            if not alive.all():
+                word, dst, x, score, p = word[alive], dst[alive], x[alive], score[alive], p[alive]
+        new = np.ones(len(word), dtype=bool)
+        new[1:] = word[1:] != word[:-1]
+        starts = np.flatnonzero(new)
+        bounds = np.append(starts, len(word))
+        group = np.cumsum(new) - 1
+        if len(word):
+            priority = forward + np.maximum.reduceat(p + self.beta[dst], starts)
+            arc_p = np.maximum.reduceat(p, starts)
+            top_score = np.maximum.reduceat(score, starts)
+            tied = np.flatnonzero(score == top_score[group])
+            first = np.ones(len(tied), dtype=bool)
+            first[1:] = group[tied][1:] != group[tied][:-1]
+            top = tied[first]  # each word's first best element: the arc's weight ...
+            if len(tied) > len(top) and not (x[tied] == x[top[group[tied]]]).all():
+                top, _ = best_of_groups([word], x, score, p)  # ... unless tied elements differ: by components
+        else:
+            priority = arc_p = np.zeros(0)
+            top = np.zeros(0, dtype=np.int64)
+        arc_x = x[top]
+        x_res, p_res = x - arc_x[group], p - arc_p[group]
+        qx = _quantize(x_res, self.delta)
+        qp = _quantize(p_res, self.delta) if self.key_on_pruning else None
+        self.transitions.append((dst, x_res, p_res, qx, qp, bounds, arc_x, word[starts], arc_p, priority))
+        keep = np.flatnonzero(priority >= self.cutoff)
+        if self.best_first:
+            for i, value in zip(keep.tolist(), (-priority[keep]).tolist()):
+                heapq.heappush(self.tasks, (value, self.pushed, state, i))  # ties: first pushed first
+                self.pushed += 1
+        else:
+            self.tasks.extend(zip([state] * len(keep), keep.tolist()))
+        return state
+
+
+def is_deterministic(lattice: Lattice) -> bool:
+    """Whether no arc is epsilon (id 0) and no state has two arcs with the same word."""
+    words = lattice.words.cpu().numpy()
+    if (words == 0).any():
+        return False
+    pairs = lattice.src.cpu().numpy().astype(np.int64) * (len(lattice.symbols) + 1) + words
+    return len(np.unique(pairs)) == len(pairs)
+
+
+__all__ = ["DELTA", "DeterminizationTooLarge", "build_lattice", "best_of_groups", "determinize", "is_deterministic",
+           "ordering_vector", "remove_epsilons", "score_components", "skipped_symbol_ids"]
