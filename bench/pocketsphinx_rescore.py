@@ -1,0 +1,171 @@
+"""Exact lattice rescoring of a real decoder's lattices: speed of every step and the first WER.
+
+    python -m bench.pocketsphinx_set --ref .../dev_clean/ref_wer.trn --name dev_clean   # the sets first
+    python -m bench.pocketsphinx_set --ref .../dev_other/ref_wer.trn --name dev_other
+    python -m bench.pocketsphinx_rescore --model models/librispeech --budget 50000 [--limit 100]
+
+For each PocketSphinx set (runs/pocketsphinx/NAME: lattices as the decoder wrote them, its 1-best,
+the references) and expansion budget, one CPU thread, the model loaded once (its time counted):
+
+* the speed table: per lattice the seconds of reading, of each stage before expansion
+  (lattices/reduce.py: determinize, minimize, fit), of expansion, LM scoring and search; the
+  expanded arcs, distinct contexts and (context, word) pairs; the lattice oracle (errors of the
+  best path of the input and of the lattice that was rescored); the real-time factor against the
+  audio and against the decoder's own decoding time; the process's peak memory;
+* the WER: weights tuned with ``afp tune``'s joint search (afp.tune.joint_tune, the Tuner scoring
+  each lattice once) on one set and applied with ``afp rescore``'s engine to the other, against
+  the decoder's own 1-best (hyp.trn), with the matched-pairs test and bootstrap
+  (afp.significance).
+
+The audio is synthetic (text-to-speech, bench/pocketsphinx_set.py): say so wherever a number from
+it is reported. Results: bench/results/pocketsphinx_rescore.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import RESULTS, environment, write_json
+
+SETS = REPO_SETS = Path("runs/pocketsphinx")
+
+
+def _peak_mib() -> float:
+    """The process's peak resident memory (VmHWM), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def load_set(name: str, limit: int | None) -> dict[str, Any]:
+    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``)."""
+    import json
+
+    from afp.wer import read_hypotheses, read_references
+
+    root = SETS / name
+    info = json.loads((root / "set.json").read_text())
+    utts = info["utterances"][:limit] if limit else info["utterances"]
+    return {"name": name, "root": root, "utterances": utts, "refs": read_references(root / "ref.trn"),
+            "hyps": read_hypotheses(root / "hyp.trn"), "synthetic": info.get("synthetic", True),
+            "paths": [root / "lattices" / f"{u['key']}.slf" for u in utts]}
+
+
+def speed_run(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
+    """Rescore every lattice of a set once with ``options``; the per-step seconds and sizes."""
+    from lattices.formats import read_lattice_file
+    from lattices.oracle import oracle_errors
+    from lattices.rescore import rescore
+
+    rows = []
+    for utt, path in zip(data["utterances"], data["paths"]):
+        tick = time.perf_counter()
+        (lattice,) = read_lattice_file(path)
+        read = time.perf_counter() - tick
+        (result,) = rescore(lattice, model.scorer, options)
+        ref = data["refs"][utt["key"]]
+        stats = result.stats
+        stages = {s["stage"]: s["seconds"] for s in stats.get("stages", [])}
+        rows.append({
+            "key": utt["key"], "audio_seconds": utt["audio_seconds"], "decode_seconds": utt["decode_seconds"],
+            "links": lattice.num_arcs, "read": read,
+            **{f"{k}_seconds": stages.get(k, 0.0) for k in ("determinize", "minimize", "fit")},
+            "expand_seconds": result.seconds["expand"], "score_seconds": result.seconds["score"],
+            "search_seconds": result.seconds["search"], "total_seconds": read + result.seconds["total"],
+            "rescored_arcs": stats["lattice_arcs"], "expanded_arcs": stats["expanded_arcs"],
+            "contexts": stats["unique_contexts"], "pairs": stats["scored_pairs"],
+            "oracle_input": oracle_errors(lattice, ref)[0], "oracle_rescored": oracle_errors(result.searched, ref)[0],
+            "ref_words": len(ref)})
+    audio = sum(r["audio_seconds"] for r in rows)
+    total = {k: sum(r[k] for r in rows) for k in rows[0] if k.endswith("_seconds") or k in (
+        "read", "expanded_arcs", "contexts", "pairs", "links", "rescored_arcs", "oracle_input", "oracle_rescored",
+        "ref_words")}
+    return {"utterances": len(rows), "audio_seconds": audio, "totals": total,
+            "rtf_rescoring": total["total_seconds"] / audio, "rtf_decoding": total["decode_seconds"] / audio,
+            "oracle_wer_input": 100.0 * total["oracle_input"] / total["ref_words"],
+            "oracle_wer_rescored": 100.0 * total["oracle_rescored"] / total["ref_words"],
+            "median_expanded_arcs": sorted(r["expanded_arcs"] for r in rows)[len(rows) // 2], "rows": rows}
+
+
+def tuned_on(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
+    """``afp tune``'s joint search on a set: the report (its chosen point is what --save writes)."""
+    from afp.tune import Tuner, joint_tune
+    from lattices.formats import read_lattice_file
+
+    tuner = Tuner(model.scorer, options, data["refs"])
+    tuner.add(lattice for path in data["paths"] for lattice in read_lattice_file(path))
+    return joint_tune(tuner, restarts=2, folds=5)
+
+
+def applied(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
+    """The set rescored with ``options`` (tuned elsewhere), against the decoder's own 1-best."""
+    from afp.significance import compare
+    from afp.wer import case_differs, word_errors
+    from lattices.formats import read_lattice_file
+    from lattices.rescore import rescore
+
+    keys = [u["key"] for u in data["utterances"]]
+    refs = [data["refs"][k] for k in keys]
+    hyps = [data["hyps"].get(k, []) for k in keys]
+    ignore = case_differs(refs, hyps)
+    rescored = [rescore(read_lattice_file(p)[0], model.scorer, options)[0].best.words for p in data["paths"]]
+    decoder = [word_errors(r, h, ignore).errors for r, h in zip(refs, hyps)]
+    ours = [word_errors(r, h, ignore).errors for r, h in zip(refs, rescored)]
+    words = [len(r) for r in refs]
+    return {"decoder_wer": 100.0 * sum(decoder) / sum(words), "rescored_wer": 100.0 * sum(ours) / sum(words),
+            "ref_words": sum(words), "against_decoder": compare(decoder, ours, words).to_json()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from afp import load_model
+    from afp.options import build_options
+    from afp.weights import TunedWeights
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="models/librispeech")
+    parser.add_argument("--sets", nargs=2, default=["dev_clean", "dev_other"])
+    parser.add_argument("--budget", type=int, action="append", help="expansion budgets (repeat; default 50000)")
+    parser.add_argument("--limit", type=int, help="the first N utterances of each set")
+    parser.add_argument("--no-tune", action="store_true", help="the speed table only")
+    parser.add_argument("--out", default=str(RESULTS / "pocketsphinx_rescore.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    tick = time.perf_counter()
+    model = load_model(args.model, device="cpu")
+    load_seconds = time.perf_counter() - tick
+    sets = {name: load_set(name, args.limit) for name in args.sets}
+    report: dict[str, Any] = {"command": "python -m bench.pocketsphinx_rescore " + " ".join(argv or []),
+                              "model": args.model, "model_load_seconds": load_seconds, "environment": environment(),
+                              "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)", "budgets": {}}
+    for budget in args.budget or [50_000]:
+        base = build_options({"max_arcs": budget}, unk_default=model.loaded.default_unk_penalty)
+        entry: dict[str, Any] = {"speed": {}, "wer": {}}
+        for name, data in sets.items():
+            entry["speed"][name] = speed_run(data, model, base)
+            print(budget, name, {k: v for k, v in entry["speed"][name].items() if k != "rows"}, flush=True)
+        if not args.no_tune:
+            for tune_set, test_set in (args.sets, args.sets[::-1]):
+                tuned = tuned_on(sets[tune_set], model, base)
+                chosen = TunedWeights.from_options(base.at_point(tuned["chosen"]["point"]))
+                options = build_options({"max_arcs": budget}, weights=chosen,
+                                        unk_default=model.loaded.default_unk_penalty)
+                result = applied(sets[test_set], model, options)
+                entry["wer"][f"tuned on {tune_set}, applied to {test_set}"] = {
+                    "tune": {k: tuned[k] for k in ("first_pass_wer", "best", "chosen", "cross_validated") if k in tuned},
+                    **result}
+                print(budget, tune_set, "->", test_set, {k: v for k, v in result.items() if k != "against_decoder"},
+                      flush=True)
+        entry["peak_memory_mib"] = _peak_mib()
+        report["budgets"][str(budget)] = entry
+        write_json(Path(args.out), report)
+
+
+if __name__ == "__main__":
+    main()
