@@ -447,14 +447,28 @@ class RecurrentLM(LanguageModel):
         return self.cell.output(state[:, -1])
 
     def context_features(self, contexts: Tensor, lengths: Tensor) -> Tensor:
-        """Run the cell from the initial state over each right-aligned context. ``(N, C) -> (N, F)``."""
-        u = self._projected(contexts)
-        width = contexts.shape[1]
-        state = self.cell.initial_state(u, (contexts.shape[0],))
-        first = (width - lengths).unsqueeze(1)
+        """Run the cell from the initial state over each right-aligned context. ``(N, C) -> (N, F)``.
+
+        Contexts that begin alike share those steps: step ``t`` runs once per distinct prefix
+        ``contexts[:, :t + 1]`` (padding included), from the state of its parent prefix. The
+        contexts of an expanded lattice share most of their beginnings (every word that follows
+        one history), so this does a fraction of ``N * C`` cell steps, with the same values as
+        running every row (each row's state is computed by the same steps from the same inputs)."""
+        n, width = contexts.shape
+        tokens = torch.where(torch.arange(width, device=contexts.device).unsqueeze(0) >= (width - lengths).unsqueeze(1),
+                             contexts, -1)  # padding as -1: part of the prefix, never stepped through
+        owner = torch.zeros(n, dtype=torch.int64, device=contexts.device)  # each row's prefix at step t - 1
+        state = self.cell.initial_state(self._projected(contexts[:1, :1]), (1,))
         for t in range(width):
-            state = torch.where(first <= t, self.cell.step(state, u[:, t]), state)
-        return self.cell.output(state)
+            prefixes, inverse = torch.unique(tokens[:, : t + 1], dim=0, return_inverse=True)
+            row = torch.empty(prefixes.shape[0], dtype=torch.int64, device=contexts.device)
+            row.scatter_(0, inverse, torch.arange(n, device=contexts.device))  # a row of each prefix
+            previous = state[owner[row]]
+            word = prefixes[:, t]
+            stepped = self.cell.step(previous, self._projected(word.clamp(min=0)))
+            state = torch.where((word >= 0).view(-1, *([1] * (stepped.dim() - 1))), stepped, previous)
+            owner = inverse
+        return self.cell.output(state[owner])
 
 
 class FeedForwardLM(LanguageModel):

@@ -154,3 +154,24 @@ def test_stacked_elman_equals_delayed_single_layer_rnn(layers, activation):
     assert torch.allclose(model.log_probs(top), model.log_probs(stacked), atol=1e-5)
     # without the delay they do not
     assert not torch.allclose(states[:, : stacked.shape[1], -n:], stacked, atol=1e-3)
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm", "gru", "scrn"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_context_features_share_prefixes_and_equal_each_row_run_alone(cell, layers):
+    """context_features steps each distinct prefix once (lattice contexts share beginnings); every
+    row equals the cell run over that row alone (window_features' direct pass, one row at a time)."""
+    from tests.factories import make_model, tiny_vocab
+
+    vocab = tiny_vocab()
+    fields = {"context_units": 3} if cell == "scrn" else {}
+    model = make_model(vocab, cell=cell, mode="afp", rho=3, layers=layers, **fields)
+    generator = torch.Generator().manual_seed(1)
+    contexts = torch.randint(0, vocab.size, (60, 4), generator=generator)
+    contexts[:20, :3] = contexts[0, :3]  # shared beginnings
+    lengths = torch.randint(0, 5, (60,), generator=generator)
+    valid = torch.arange(4).unsqueeze(0) >= (4 - lengths).unsqueeze(1)
+    with torch.no_grad():
+        shared = model.context_features(contexts, lengths)
+        alone = torch.cat([model.window_features(contexts[i:i + 1], valid[i:i + 1], "direct") for i in range(60)])
+    assert torch.allclose(shared, alone, atol=1e-6)
