@@ -400,7 +400,7 @@ def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[di
     names = tuner.names or ()
     named = tuner.options.named_weights(names)
     scores = [n for n in names[: -len(TAIL)] if (n != "acoustic" or "acoustic" in named) and n not in tuner.features]
-    start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0,
+    start: dict[str, float] = {"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": _first_pass_penalty(tuner),
                                "unk_penalty": tuner.options.unk_penalty or 0.0,
                                **{f"score:{n}": named.get(n, 1.0) for n in scores},
                                **{f"score:{n}": 0.0 for n in tuner.features}}  # the first pass has no features
@@ -413,6 +413,15 @@ def first_pass_point(tuner: Tuner, restarts: int = 2, seed: int = 0) -> tuple[di
     free = ["old_lm_weight", *(f"score:{n}" for n in scores[1:]), "word_penalty"]
     found = mert.search(problem, start, free, restarts=restarts, seed=seed, pick="simplest")
     return found.point, 1.0 - found.errors / len(tables)
+
+
+def _first_pass_penalty(tuner: Tuner) -> float:
+    """The first pass's word penalty: the options', else the lattices' own (an HTK header's
+    ``wdpenalty / lmscale``, PocketSphinx's ``ln wip``) when they all have the same, else 0."""
+    if tuner.options.word_penalty is not None:
+        return tuner.options.word_penalty
+    own = {u.scored.default_word_penalty for u in tuner.utterances if u.scored is not None}
+    return own.pop() if len(own) == 1 else 0.0
 
 
 def _first_pass_words(utt: _Utterance) -> list[str]:
