@@ -94,14 +94,14 @@ def speed_run(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
             "median_expanded_arcs": sorted(r["expanded_arcs"] for r in rows)[len(rows) // 2], "rows": rows}
 
 
-def tuned_on(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
+def tuned_on(data: dict[str, Any], model: Any, options: Any, restarts: int, folds: int) -> dict[str, Any]:
     """``afp tune``'s joint search on a set: the report (its chosen point is what --save writes)."""
     from afp.tune import Tuner, joint_tune
     from lattices.formats import read_lattice_file
 
     tuner = Tuner(model.scorer, options, data["refs"])
     tuner.add(lattice for path in data["paths"] for lattice in read_lattice_file(path))
-    return joint_tune(tuner, restarts=2, folds=5)
+    return joint_tune(tuner, restarts=restarts, folds=folds)
 
 
 def applied(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=int, action="append", help="expansion budgets (repeat; default 50000)")
     parser.add_argument("--limit", type=int, help="the first N utterances of each set")
     parser.add_argument("--no-tune", action="store_true", help="the speed table only")
+    parser.add_argument("--restarts", type=int, default=1, help="afp tune's random restarts (default 1)")
+    parser.add_argument("--folds", type=int, default=1, help="afp tune's cross-validation folds (default 1: none)")
     parser.add_argument("--out", default=str(RESULTS / "pocketsphinx_rescore.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             print(budget, name, {k: v for k, v in entry["speed"][name].items() if k != "rows"}, flush=True)
         if not args.no_tune:
             for tune_set, test_set in (args.sets, args.sets[::-1]):
-                tuned = tuned_on(sets[tune_set], model, base)
+                tuned = tuned_on(sets[tune_set], model, base, args.restarts, args.folds)
                 chosen = TunedWeights.from_options(base.at_point(tuned["chosen"]["point"]))
                 options = build_options({"max_arcs": budget}, weights=chosen,
                                         unk_default=model.loaded.default_unk_penalty)
