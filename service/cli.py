@@ -223,123 +223,15 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_ngram(args: argparse.Namespace) -> None:
-    import resource
-    import tempfile
-    import time
-    from pathlib import Path
+    from lm.ngram.job import NgramJob, NgramJobError, run_ngram_job
 
-    import numpy as np
-
-    from lm.ngram import kneser_ney
-    from lm.config import PrepareConfig
-    from lm.shards import open_prepared, prepare
-
-    if sum(bool(x) for x in (args.text, args.data, args.arpa)) != 1:
-        raise CLIError("give one of --text FILE..., --data DIR (a directory afp prepare wrote) or --arpa LM.arpa")
-    given = [f"--{n.replace('_', '-')}" for n in ("words_txt", "min_count", "max_vocab") if getattr(args, n) is not None]
-    if (args.data or args.arpa) and given:
-        raise CLIError(f"{', '.join(given)}: the vocabulary of --data DIR or --arpa FILE is its own; "
-                       "give these to afp prepare, or use --text")
-    if not (args.out or args.store):
-        raise CLIError("give --out LM.arpa[.gz], --store DIR or both: where to write the model")
-    if args.prune is not None and not args.prune >= 0:
-        raise CLIError(f"--prune: the threshold must be a number >= 0, got {args.prune}")
-    if args.order is None and not args.arpa:
-        raise CLIError("--order N: the n of the model to build")
-    if args.arpa:
-        return _ngram_from_arpa(args)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="afp-ngram-") as tmp:
-        data = args.data
-        if args.text:
-            fields = {name: getattr(args, name) for name in ("text", "words_txt", "min_count", "max_vocab")
-                      if getattr(args, name) is not None}
-            prepare(PrepareConfig.from_dict({**fields, "out": str(Path(tmp) / "data")}, where="ngram options"))
-            data = str(Path(tmp) / "data")
-        prepared = open_prepared(data, verify=False)
-        vocab = prepared.vocab
-        shards = [(shard.tokens, shard.offsets) for shard in prepared.train.shards]
-        counted = time.perf_counter()
-        predictable = np.array(vocab.predictable_mask())
-        model = kneser_ney.build(kneser_ney.chunks_of(shards, vocab.bos_id, vocab.eos_id, vocab.unk_id), args.order,
-                                 vocab.size, vocab.bos_id, predictable, vocab.words)
-        built = time.perf_counter()
-        seconds = {"prepare": counted - started, "build": built - counted}
-        full_counts = [int(o.keys.shape[0]) for o in model.orders]
-        counts, model = _prune_and_write(model, vocab.words, vocab.bos_id, vocab.eos_id, predictable, args, seconds)
-    summary = {"out": args.out, "order": args.order, "vocab_size": vocab.size, "words": prepared.train.words,
-               **counts, "discounts": {f"{o.n}-grams": list(o.discounts) for o in model.orders},
-               **({"prune": args.prune, "before_pruning": {**{f"{n}-grams": c for n, c in enumerate(full_counts, 1)},
-                                                             "1-grams": counts["1-grams"]}}  # never pruned
-                  if args.prune is not None else {}),
-               "seconds": seconds, **({"store": args.store} if args.store else {}),
-               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    print(json.dumps(summary))
-
-
-def _prune_and_write(model, words: Sequence[str], bos: int, eos: int, predictable, args: argparse.Namespace,
-                     seconds: dict[str, float]) -> tuple[dict[str, int], Any]:
-    """The output stage of ``afp ngram``: ``model`` (a :class:`lm.ngram.kneser_ney.KneserNeyModel`)
-    pruned at ``--prune`` when given, written to ``--out`` (ARPA) and/or ``--store`` (a model
-    directory, straight from the arrays). Adds each step's seconds to ``seconds``; returns the
-    n-gram counts written and the (pruned) model."""
-    import time
-
-    from lm.ngram import kneser_ney
-
-    tick = time.perf_counter()
-    if args.prune is not None:
-        from lm.ngram.prune import prune
-
-        model = prune(model, args.prune, bos, eos)
-        seconds["prune"] = time.perf_counter() - tick
-    counts: dict[str, int] = {}
-    if args.out:
-        tick = time.perf_counter()
-        counts = kneser_ney.write_arpa(model, words, bos, predictable, args.out)
-        seconds["write"] = time.perf_counter() - tick
-    if args.store:  # the same model as mapped arrays: --model DIR loads it without parsing
-        from lm.ngram.store import save_store
-
-        tick = time.perf_counter()
-        store = kneser_ney.to_store(model, words, bos, predictable)
-        save_store(store, args.store)
-        counts = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
-        seconds["store"] = time.perf_counter() - tick
-    return counts, model
-
-
-def _ngram_from_arpa(args: argparse.Namespace) -> None:
-    """``afp ngram --arpa LM.arpa [--prune T] (--out | --store)``: an existing back-off model,
-    pruned (SRILM's ``ngram -lm LM -prune T -write-lm``) and/or written as a model directory."""
-    import resource
-    import time
-
-    import numpy as np
-
-    from lm.ngram.prune import model_of_store
-    from lm.ngram.store import read_arpa_store, save_store
-
-    if args.prune is None and args.out:
-        raise CLIError("--arpa without --prune: give --store DIR (the file as a model directory)")
-    started = time.perf_counter()
-    store = read_arpa_store(args.arpa, dtype=np.float64)
-    if args.order is not None and args.order != store.order:
-        raise CLIError(f"--order {args.order}: {args.arpa} is a {store.order}-gram model")
-    before = {f"{n}-grams": c for n, c in enumerate(store.counts, 1)}
-    seconds = {"read": time.perf_counter() - started}
-    if args.prune is not None:
-        model, predictable = model_of_store(store)
-        counts, _ = _prune_and_write(model, store.words, store.bos_id, store.eos_id, predictable, args, seconds)
-    else:  # the file as it is, as a model directory
-        tick = time.perf_counter()
-        save_store(store, args.store)
-        counts = before
-        seconds["store"] = time.perf_counter() - tick
-    print(json.dumps({"arpa": args.arpa, "out": args.out, "order": len(before), **counts,
-                      **({"prune": args.prune, "before_pruning": before} if args.prune is not None else {}),
-                      "seconds": seconds, **({"store": args.store} if args.store else {}),
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    job = NgramJob(text=tuple(args.text or ()), data=args.data, arpa=args.arpa, words_txt=args.words_txt,
+                   min_count=args.min_count, max_vocab=args.max_vocab, order=args.order, prune=args.prune,
+                   out=args.out, store=args.store)
+    try:
+        print(json.dumps(run_ngram_job(job)))
+    except NgramJobError as err:
+        raise CLIError(str(err)) from None
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
