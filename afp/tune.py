@@ -328,8 +328,10 @@ def _total(stats: Iterable[WerStats]) -> WerStats:
     return total
 
 
-def tune(tuner: Tuner, grid: Grid, mbr: bool = False) -> dict[str, Any]:
-    """Evaluate the grid (Viterbi, and MBR too with ``mbr``); the JSON report of ``afp tune --json``."""
+def tune(tuner: Tuner, grid: Grid, mbr: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Evaluate the grid (Viterbi, and MBR too with ``mbr``); the JSON report of ``afp tune --json``:
+    every point's WER, the best point with its significance against the first pass (``seed``: the
+    bootstrap's), and ``chosen``, the point ``--save`` writes (the best, named scores included)."""
     points = grid.points()
     ref_words = tuner.first_pass().ref_words
     if ref_words == 0:
@@ -351,11 +353,27 @@ def tune(tuner: Tuner, grid: Grid, mbr: bool = False) -> dict[str, Any]:
         "score_weights": dict(tuner.options.score_weights),
         "grid": rows,
     }
+    from afp.significance import compare
+
+    named = {f"score:{k}": v for k, v in tuner.options.named_weights(tuner.names or ()).items()}
+    chosen = {**{k: best[k] for k in GRID_NAMES}, **named}
+    first = [u.first_pass.errors for u in tuner.utterances]
+    report["best"]["against_first_pass"] = compare(first, utterance_errors(tuner, chosen),
+                                                   [u.first_pass.ref_words for u in tuner.utterances], seed=seed).to_json()
+    report["chosen"] = {"point": chosen, "reason": "the best grid point", "is_first_pass": False}
     if mbr:
         best_mbr = min(rows, key=lambda r: r["mbr_errors"])
         report["best_mbr"] = {**{k: best_mbr[k] for k in GRID_NAMES}, "wer": best_mbr["mbr_wer"],
                               "mbr_scale": tuner.options.mbr_scale}
     return report
+
+
+def chosen_weights(tuner: Tuner, report: dict[str, Any], record: dict[str, Any] | None = None) -> Any:
+    """The weights file (:class:`afp.weights.TunedWeights`) of a report's chosen point (:func:`tune`,
+    :func:`joint_tune`): what ``afp tune --save`` writes, ``record`` kept as its ``tuned`` field."""
+    from afp.weights import TunedWeights
+
+    return TunedWeights.from_options(tuner.options.at_point(report["chosen"]["point"]), record or {})
 
 
 def plot(report: dict[str, Any], path: str, title: str = "") -> None:

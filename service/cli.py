@@ -335,9 +335,8 @@ def _grid(args: argparse.Namespace):
 
 
 def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
-    from afp.tune import joint_tune
+    from afp.tune import chosen_weights, joint_tune
     from afp.wer import CASE_NOTE
-    from afp.weights import TunedWeights
 
     scores = tuple(n.strip() for n in (args.tune_score_weights or "").split(",") if n.strip())
     report = joint_tune(tuner, scores, restarts=args.restarts, folds=args.folds, seed=args.seed,
@@ -349,9 +348,9 @@ def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
         record = {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
                   "cross_validated_wer": report.get("cross_validated", {}).get("wer"),
                   "utterances": report["utterances"], "inputs": list(args.inputs), "refs": args.refs,
-                  "model": str(args.model or "bundled default"), "command": " ".join(["afp", *args.argv])}
-        TunedWeights.from_options(tuner.options.at_point(chosen["point"]),
-                                  {**record, "chosen": chosen["reason"]}).write(args.save)
+                  "model": str(args.model or "bundled default"), "command": " ".join(["afp", *args.argv]),
+                  "chosen": chosen["reason"]}
+        chosen_weights(tuner, report, record).write(args.save)
         report["saved"] = args.save
     if args.json:
         print(json.dumps(report))
@@ -392,23 +391,14 @@ def _comparison(c: dict[str, Any]) -> str:
 
 
 def _tune_grid(args: argparse.Namespace, tuner: Any, grid: Any) -> None:
-    from afp.significance import compare
-    from afp.tune import plot, tune, utterance_errors
+    from afp.tune import chosen_weights, plot, tune
     from afp.wer import CASE_NOTE
-    from afp.weights import TunedWeights
 
-    report = tune(tuner, grid, mbr=args.mbr)
+    report = tune(tuner, grid, mbr=args.mbr, seed=args.seed)
     best = report["best"]
-    point = {k: best[k] for k in ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")}
-    first = [u.first_pass.errors for u in tuner.utterances]
-    words = [u.first_pass.ref_words for u in tuner.utterances]
-    named = {f"score:{k}": v for k, v in tuner.options.named_weights(tuner.names or ()).items()}
-    report["best"]["against_first_pass"] = compare(first, utterance_errors(tuner, {**point, **named}), words,
-                                                   seed=args.seed).to_json()
     if args.save:
-        TunedWeights.from_options(tuner.options.at_point({**point, **named}),
-                                  {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"], "grid": True}
-                                  ).write(args.save)
+        chosen_weights(tuner, report, {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
+                                       "grid": True}).write(args.save)
     if args.plot:
         plot(report, args.plot, title=f"afp tune: {' '.join(args.inputs)}"[:90])
     if args.json:
