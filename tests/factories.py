@@ -207,3 +207,14 @@ def replacing_options(**fields):
     from lattices.rescore import RescoreOptions
 
     return RescoreOptions(**{"lm_weights": (1.0,), "old_lm_weight": 0.0, "unk_penalty": 0.0, **fields})
+
+
+def shared_data_file(*parts: str) -> Path:
+    """The path of a file under ``../shared/data`` that a test needs: a skip only when the shared
+    data directory itself is absent (a checkout without it); when the directory is there, a
+    missing file is a failure (a wrong recorded path must not turn into a skip)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent")
+    path = SHARED_DATA.joinpath(*parts)
+    assert path.is_file(), f"{path} is absent, though {SHARED_DATA} is there: a wrong path?"
+    return path

@@ -128,10 +128,15 @@ def test_score_after_close_raises_at_once(enabled):
 
 
 def test_close_racing_with_many_puts_never_strands_a_caller():
+    """Whatever the interleaving, every caller gets its own scores or BatcherClosed, the model
+    scores exactly the work of the callers that get scores (refused work is never scored, accepted
+    work never refused), and at least ``head_start`` callers (those done before close) are scored;
+    close before any call refuses all, close after all calls refuses none."""
     jobs = [job(i) for i in range(8)]
     expected = [FakeScorer().score(*j) for j in jobs]
     for attempt in range(300):
-        batcher = BatchingScorer(FakeScorer(), max_wait=0.0)
+        inner = FakeScorer()
+        batcher = BatchingScorer(inner, max_wait=0.0)
         start, lock, finished, early = threading.Barrier(9), threading.Lock(), [0], threading.Event()
         outcomes: list[object] = [None] * 8
         head_start = attempt % 8  # close once this many callers are done: the others race with it
@@ -162,7 +167,22 @@ def test_close_racing_with_many_puts_never_strands_a_caller():
         scored = [i for i, out in enumerate(outcomes) if not isinstance(out, BatcherClosed)]
         assert len(scored) >= head_start
         for i in scored:
-            assert torch.equal(outcomes[i], expected[i])
+            assert isinstance(outcomes[i], Tensor) and torch.equal(outcomes[i], expected[i])
+        assert sorted(t for call in inner.seen for t in call) == sorted(t for i in scored for t in jobs[i][2].tolist())
+        with pytest.raises(BatcherClosed):  # and after close, at once
+            batcher.score(*jobs[0])
+    for close_first in (True, False):  # the two ends, in order by construction
+        inner = FakeScorer()
+        batcher = BatchingScorer(inner, max_wait=0.0)
+        if close_first:
+            batcher.close()
+        outcomes = run_threads(batcher, jobs)
+        batcher.close()
+        if close_first:
+            assert all(isinstance(out, BatcherClosed) for out in outcomes) and inner.seen == []
+        else:
+            assert all(torch.equal(out, e) for out, e in zip(outcomes, expected))
+            assert sorted(t for call in inner.seen for t in call) == sorted(t for j in jobs for t in j[2].tolist())
 
 
 def test_a_caller_whose_timeout_runs_out_is_not_scored():

@@ -4,6 +4,7 @@ and the significance tests."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy
@@ -68,20 +69,64 @@ def test_edges_are_reported_only_where_the_bound_is_not_natural():
                       ["lm_weight", "word_penalty", "unk_penalty", "old_lm_weight"]) == ["word_penalty", "old_lm_weight"]
 
 
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def test_matched_pairs_statistic_worked_out_by_hand():
+    """Four utterances of 10 words: A makes 2, 1, 3, 0 errors, B 1, 1, 1, 0. d = B - A = -1, 0,
+    -2, 0: mean -3/4, sample variance (1/16 + 9/16 + 25/16 + 9/16) / 3 = 11/12, so
+    Z = (-3/4) / (sqrt(11/12) / 2) = -1.5667 and the two-sided p = 2 (1 - Phi(1.5667)) = 0.1172
+    (a normal table gives Phi(1.5667) = 0.9414): not significant, whatever the bootstrap says."""
+    result = compare([2, 1, 3, 0], [1, 1, 1, 0], [10, 10, 10, 10])
+    z = -0.75 / (math.sqrt(11 / 12) / 2)
+    assert result.mapsswe_z == pytest.approx(z, rel=1e-12) and result.mapsswe_z == pytest.approx(-1.5667, abs=1e-4)
+    assert result.mapsswe_p == pytest.approx(2 * (1 - normal_cdf(abs(z))), rel=1e-9)
+    assert result.mapsswe_p == pytest.approx(0.1172, abs=1e-4)
+    assert (result.wer_a, result.wer_b, result.difference) == (15.0, 7.5, -7.5)
+    assert (result.utterances, result.ref_words) == (4, 40) and not result.significant
+    worse = compare([1, 1, 1, 0], [2, 1, 3, 0], [10, 10, 10, 10])  # the other way round: the sign turns
+    assert worse.mapsswe_z == pytest.approx(-z, rel=1e-12) and worse.mapsswe_p == pytest.approx(result.mapsswe_p)
+    assert worse.difference == 7.5
+
+
 def test_significance_of_identical_and_of_clearly_different_systems():
     errors = [random.Random(1).randint(0, 4) for _ in range(500)]
     words = [20] * 500
     same = compare(errors, errors, words)
-    assert (same.difference, same.mapsswe_p, same.bootstrap_low, same.bootstrap_high) == (0.0, 1.0, 0.0, 0.0)
+    assert (same.difference, same.mapsswe_z, same.mapsswe_p, same.bootstrap_low, same.bootstrap_high, same.poi) == \
+        (0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
     assert not same.significant
+    # one error fewer in every utterance: d = -1 everywhere (no spread, so Z = -inf and p = 0), and
+    # every bootstrap draw of the 500 utterances gives exactly -n / (20 n) = -5 points
+    one_fewer = compare([e + 1 for e in errors], errors, words)
+    assert one_fewer.difference == pytest.approx(-100 * 500 / 10_000) == -5.0
+    assert (one_fewer.mapsswe_z, one_fewer.mapsswe_p) == (-math.inf, 0.0)
+    assert one_fewer.bootstrap_low == pytest.approx(-5.0) and one_fewer.bootstrap_high == pytest.approx(-5.0)
+    assert one_fewer.poi == 1.0 and one_fewer.significant
+    one_more = compare(errors, [e + 1 for e in errors], words)  # the other way round
+    assert one_more.difference == pytest.approx(5.0) and one_more.mapsswe_z == math.inf
+    assert one_more.bootstrap_low == pytest.approx(5.0) and one_more.poi == 0.0 and one_more.significant
     better = compare(errors, [max(0, e - 1) for e in errors], words)
     assert better.difference < 0 and better.mapsswe_p < 1e-6 and better.bootstrap_high < 0 and better.poi == 1.0
     assert better.significant
-    noise = random.Random(2)
-    coin = compare(errors, [e + noise.choice([-1, 1]) * (e > 0) for e in errors], words)
-    assert coin.mapsswe_p > 0.01 or not coin.significant or abs(coin.difference) > 0.3  # chance rarely looks real
     with pytest.raises(ValueError, match="different lengths"):
         compare([1, 2], [1], [3, 3])
+
+
+def test_balanced_changes_are_not_significant():
+    """B gains an error on half the utterances and loses one on the other half (d = +1, -1, ...):
+    mean 0, so Z = 0 and p = 1 exactly, difference 0. The bootstrap's difference over n = 500
+    draws is 100 * sum(d) / (20 n) with sum(d) of spread sqrt(n) (each d is +-1), so its 95%
+    interval is about +-1.96 * 100 / (20 sqrt(500)) = +-0.438 points (1000 draws: within 15%),
+    and B is better in about half the draws (those with sum(d) < 0; sum(d) = 0 in ~3.6%)."""
+    errors = [2 + i % 3 for i in range(500)]
+    coin = compare(errors, [e + (1 if i % 2 else -1) for i, e in enumerate(errors)], [20] * 500)
+    assert (coin.difference, coin.mapsswe_z, coin.mapsswe_p) == (0.0, 0.0, 1.0) and not coin.significant
+    half_width = 1.96 * 100 / (20 * math.sqrt(500))
+    assert coin.bootstrap_low == pytest.approx(-half_width, rel=0.15)
+    assert coin.bootstrap_high == pytest.approx(half_width, rel=0.15)
+    assert 0.4 < coin.poi < 0.6
 
 
 def test_a_weights_file_round_trips_and_applies(tmp_path):

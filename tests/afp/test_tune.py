@@ -6,13 +6,14 @@ import json
 import random
 
 import pytest
+import torch
 
 from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_json, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
-from lm.checkpoint import LoadedModel
+from lm.checkpoint import LoadedModel, load_checkpoint
 from lm.scorer import LMScorer
 from service.cli import main
-from afp.tune import Grid, Tuner, tune
+from afp.tune import GRID_NAMES, Grid, Tuner, tune
 from afp.wer import word_errors
 from tests.factories import replacing_options, WORDS, make_model, random_lattice, saved_model, tiny_vocab
 
@@ -118,6 +119,44 @@ def test_cli_json_contract_and_plot(tmp_path, capsys):
     assert len(report["grid"]) == 3 * 2 * 1 * 2 and report["utterances"] == 12
     assert report["score_weights"] == {"decoder": 0.6}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every grid point's WER, decoded again here by brute force over each list's hypotheses
+    # (total = 0.6 decoder + old_lm_weight lm + lm_weight (new LM + unk_penalty per unknown word)
+    # + word_penalty per word, the new LM from the model's own whole-sentence forward pass) and
+    # scored with kaldialign; the best is the grid's first point of fewest errors
+    import kaldialign
+
+    loaded = load_checkpoint(model)
+    ref_words = sum(len(refs[n.key]) for n in lists)
+    assert report["ref_words"] == ref_words
+    new_lm = {h.words: whole_sentence_logprob(loaded, h.words) for n in lists for h in n.hypotheses}
+    unknown = {h.words: sum(not loaded.vocab.is_known(w) for w in h.words) for n in lists for h in n.hypotheses}
+    brute = []
+    for row in report["grid"]:
+        errors = 0
+        for n in lists:
+            totals = [0.6 * h.scores["decoder"] + row["old_lm_weight"] * h.scores["lm"]
+                      + row["lm_weight"] * (new_lm[h.words] + row["unk_penalty"] * unknown[h.words])
+                      + row["word_penalty"] * len(h.words) for h in n.hypotheses]
+            chosen = n.hypotheses[max(range(len(totals)), key=lambda i: (totals[i], -i))]
+            result = kaldialign.edit_distance(refs[n.key], list(chosen.words))
+            errors += result["sub"] + result["ins"] + result["del"]
+        brute.append(errors)
+        assert row["errors"] == errors and row["wer"] == pytest.approx(100 * errors / ref_words), row
+    assert len(set(brute)) > 1  # the grid matters on this data: the argmin means something
+    first_best = report["grid"][brute.index(min(brute))]
+    assert {k: report["best"][k] for k in GRID_NAMES} == {k: first_best[k] for k in GRID_NAMES}
+    assert report["best"]["wer"] == pytest.approx(100 * min(brute) / ref_words)
+    assert report["best"]["errors"]["errors"] == min(brute)
+
+
+def whole_sentence_logprob(loaded, words) -> float:
+    """ln P(words </s> | <s>) from the model's forward pass over the whole sentence (not the
+    rescoring engine's context scoring)."""
+    ids = [loaded.vocab.bos_id, *loaded.vocab.encode(list(words)), loaded.vocab.eos_id]
+    with torch.no_grad():
+        values = loaded.model.token_logprobs(torch.tensor([ids[:-1]]), torch.tensor([ids[1:]]),
+                                             torch.tensor([len(ids) - 1]))
+    return float(values.double().sum())
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

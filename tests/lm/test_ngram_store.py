@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 import random
 import re
 
@@ -11,48 +12,108 @@ import numpy as np
 import pytest
 
 from bench.kneser_ney import write_arpa
-from lm.ngram import LOG10, ArpaFormatError, NgramScorer, read_arpa
+from lm.ngram import LOG10, ArpaFormatError, read_arpa
 from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
 from lm.scorer import sentence_pairs
-from tests.lm.test_ngram import HAND, HAND_LINES, MALFORMED, _kn, _line, _replace
+from tests.lm.test_ngram import HAND, HAND_CASES, HAND_LINES, MALFORMED, _kn, _line, _replace
 
 
-def same_scores(path_or_text, tmp_path, sentences) -> None:
-    path = tmp_path / "model.arpa"
-    if isinstance(path_or_text, str):
-        path.write_text(path_or_text)
-    else:
-        path = path_or_text
-    reference, store = NgramScorer(read_arpa(path)), StoreScorer(read_arpa_store(path))
-    assert store.store.words == reference.model.words and store.context_size == reference.context_size
-    ids = [reference.word_ids(s).tolist() for s in sentences]
+def small_arpa(text: str) -> dict[tuple[str, ...], tuple[float, float]]:
+    """A second ARPA reader, written here for small files and sharing nothing with lm.ngram:
+    word tuple -> (log10 p, log10 back-off weight, 0 when the line has none)."""
+    grams: dict[tuple[str, ...], tuple[float, float]] = {}
+    section = 0
+    for line in text.splitlines():
+        fields = line.split()
+        if re.fullmatch(r"\\\d+-grams:", line.strip()):
+            section = int(line.strip()[1:].split("-")[0])
+        elif line.strip() == "\\end\\":
+            break
+        elif section and fields:
+            gram = tuple(fields[1:1 + section])
+            grams[gram] = (float(fields[0]), float(fields[1 + section]) if len(fields) > 1 + section else 0.0)
+    return grams
+
+
+def small_logprob(grams: dict[tuple[str, ...], tuple[float, float]], history: list[str], word: str) -> float:
+    """Natural-log back-off probability by the definition: the listed n-gram's log10 p, else the
+    context's log10 back-off weight plus the look-up one word shorter; ``<s>`` and a word that is
+    no unigram of the file (an unknown word, ``<unk>`` included, when the file lacks ``<unk>``)
+    get -99 in log10."""
+    if word == "<s>" or (word,) not in grams:
+        return -99 * LOG10
+    order = max(len(g) for g in grams)
+    h = tuple(history[max(0, len(history) - order + 1):]) if order > 1 else ()
+    total = 0.0
+    while (*h, word) not in grams:
+        total += grams.get(h, (0.0, 0.0))[1]
+        h = h[1:]
+    return (total + grams[(*h, word)][0]) * LOG10
+
+
+def same_scores(text: str, tmp_path, sentences, gz: bool = False) -> None:
+    """The store read from ``text`` has the words, ids, known words and scores of the second reader."""
+    path = tmp_path / ("model.arpa.gz" if gz else "model.arpa")
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    grams = small_arpa(text)
+    unigrams = [g[0] for g in grams if len(g) == 1]  # in file order
+    words = [*unigrams, *(w for w in ("<s>", "<unk>") if w not in unigrams)]
+    store = StoreScorer(read_arpa_store(path))
+    assert list(store.store.words) == words and store.context_size == max(len(g) for g in grams) - 1
+    assert store.store.counts == tuple(sum(len(g) == n for g in grams) for n in range(1, store.context_size + 2))
+    ids = [[words.index(w) if w in unigrams else words.index("<unk>") for w in s] for s in sentences]
     assert [store.word_ids(s).tolist() for s in sentences] == ids
-    assert store.known([w for s in sentences for w in s]).tolist() == reference.known([w for s in sentences for w in s]).tolist()
-    for width in (reference.context_size, 6):
-        contexts, lengths, targets, target_context, _ = sentence_pairs(ids, reference.bos_id, reference.eos_id, width)
-        expected = reference.score(contexts, lengths, targets, target_context)
+    flat = [w for s in sentences for w in s]
+    assert store.known(flat).tolist() == [w in unigrams and w != "<unk>" for w in flat]
+    tokens = [["<s>", *(words[i] for i in s), "</s>"] for s in ids]
+    expected = [small_logprob(grams, t[:k], t[k]) for t in tokens for k in range(1, len(t))]
+    for width in (store.context_size, 6):
+        contexts, lengths, targets, target_context, _ = sentence_pairs(ids, store.bos_id, store.eos_id, width)
         got = store.score(contexts, lengths, targets, target_context)
-        assert got.tolist() == pytest.approx(expected.tolist(), abs=2e-5)  # float32 storage
+        assert got.tolist() == pytest.approx(expected, abs=2e-5)  # float32 storage
 
 
 def test_hand_written_trigram_with_and_without_unk(tmp_path):
     sentences = [["a", "b", "c"], ["zebra", "a"], [], ["c", "c", "b", "a", "<unk>"], ["<s>", "a"]]
     same_scores(HAND, tmp_path, sentences)
     without = "\n".join(line for line in HAND_LINES if "<unk>" not in line).replace("ngram 1=6", "ngram 1=5")
-    same_scores(without, tmp_path, sentences)
+    same_scores(without, tmp_path, sentences, gz=True)
+    # the hand-computed cases of tests/lm/test_ngram.py, from the store; without <unk> an unknown
+    # target gets the floor, an unknown history word still backs off past it
+    for text, unk in ((HAND, True), (without, False)):
+        store = parse_arpa_store(text)
+        file_order = ("<s>", "</s>", "<unk>", "a", "b", "c")
+        assert store.words == (file_order if unk else (*file_order[:2], *file_order[3:], "<unk>"))
+        for history, word, log10p in HAND_CASES:
+            h = np.array([[store.id(w) for w in history] or [0]])
+            got = store.score(h, np.array([len(history)]), np.array([store.id(word)]))[0]
+            want = log10p if unk or word != "zebra" else -99.0
+            assert got == pytest.approx(want * LOG10, abs=1e-5), (history, word)
 
 
 @pytest.mark.parametrize("order", [1, 2, 3, 5])
 def test_kneser_ney_models_of_every_order(tmp_path, order):
-    kn, vocab, _ = _kn(order)
+    """A model written by the reference estimator (bench/kneser_ney.py): the store reads what the
+    second reader reads, scores the estimator's own probabilities, and counts its n-grams."""
+    kn, vocab, encoded = _kn(order)
     write_arpa(kn, vocab, tmp_path / "kn.arpa.gz")
+    text = gzip.decompress((tmp_path / "kn.arpa.gz").read_bytes()).decode()
     rng = random.Random(order)
     words = [*vocab.words[3:], "zebra", "<unk>"]
     sentences = [[rng.choice(words) for _ in range(rng.randint(0, 12))] for _ in range(60)]
-    same_scores(tmp_path / "kn.arpa.gz", tmp_path, sentences)
+    same_scores(text, tmp_path, sentences)
     store = read_arpa_store(tmp_path / "kn.arpa.gz")
-    reference = read_arpa(tmp_path / "kn.arpa.gz")
-    assert store.counts == reference.counts and store.nbytes() < 20 * sum(store.counts)
+    predictable = [i for i, ok in enumerate(vocab.predictable_mask()) if ok]
+    assert store.counts == (len(predictable) + 1, *(len(level.counts) for level in kn.orders[1:]))
+    assert store.nbytes() < 20 * sum(store.counts)
+    for sentence in encoded[:10]:
+        for k in range(len(sentence) + 1):
+            history = [vocab.bos_id, *sentence[:k]][-(order - 1):] if order > 1 else []
+            h = np.array([[store.id(vocab.words[i]) for i in history] or [0]] * len(predictable))
+            got = store.score(h, np.full(len(predictable), len(history)),
+                              np.array([store.id(vocab.words[i]) for i in predictable]))
+            want = [math.log(kn.prob([vocab.bos_id, *sentence[:k]], w)) for w in predictable]
+            assert got.tolist() == pytest.approx(want, abs=2e-5)
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -12,10 +12,9 @@ from lm.checkpoint import load_checkpoint
 from lm.corpus import load_corpus
 from lm.output import picked_log_softmax, resolve_score_precision
 from lm.scorer import LMScorer, sentence_pairs
-from tests.factories import DEVICES, make_model, random_sentences, tiny_vocab
+from tests.factories import DEVICES, make_model, random_sentences, shared_data_file, tiny_vocab
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
 TOLERANCE = 1e-3  # nats
 #: each bundled neural model (the AFP part of a bundled mixture) with a validation text of its domain
 BUNDLED = {"conversational/afp": "switchboard/valid.txt", "librispeech/afp": "books/valid.txt", "ptb": "ptb/ptb.valid.txt",
@@ -93,9 +92,7 @@ def test_the_cached_bf16_weights_follow_the_model():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(BUNDLED))
 def test_bundled_models_score_real_text_in_bf16_within_a_thousandth_of_a_nat(name, device):
-    path = SHARED / BUNDLED[name]
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
+    path = shared_data_file(*BUNDLED[name].split("/"))  # a skip only without ../shared/data itself
     loaded = load_checkpoint(REPO / "models" / name, device=device)
     vocab = loaded.vocab
     sentences = load_corpus(path)[:120]

@@ -7,7 +7,7 @@ import torch
 
 from lm.corpus import CorpusError, batches, collate, encode, iter_lhotse_texts, load_corpus, read_sentences
 from lm.vocab import Vocabulary, VocabularyError
-from tests.factories import SHARED_DATA, random_sentences, write_text
+from tests.factories import random_sentences, shared_data_file, write_text
 
 
 def test_vocabulary_from_sentences_orders_by_count_and_maps_oov():
@@ -53,9 +53,7 @@ def test_words_txt_errors_name_file_and_line(tmp_path, content, message):
 
 
 def test_real_kaldi_symbol_table():
-    table = SHARED_DATA / "lattices" / "ami-kaldi" / "words.txt"
-    if not table.is_file():
-        pytest.skip("../shared/data is absent")
+    table = shared_data_file("lattices", "ami-kaldi", "words.txt")  # a skip only without ../shared/data itself
     vocab = Vocabulary.from_words_txt(table)
     assert vocab.size >= 46949
     assert vocab.id("<eps>") == 0
