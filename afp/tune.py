@@ -373,6 +373,8 @@ def chosen_weights(tuner: Tuner, report: dict[str, Any], record: dict[str, Any] 
     :func:`joint_tune`): what ``afp tune --save`` writes, ``record`` kept as its ``tuned`` field."""
     from afp.weights import TunedWeights
 
+    if report["chosen"]["point"] is None:
+        raise ValueError(f"no weights to save: {report['chosen']['reason']}")
     return TunedWeights.from_options(tuner.options.at_point(report["chosen"]["point"]), record or {})
 
 
@@ -492,7 +494,7 @@ def mert_problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
 
 
 def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3, folds: int = 5, seed: int = 0,
-               progress: bool = False) -> dict[str, Any]:
+               progress: bool = False, baseline: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Search every weight jointly (:mod:`afp.mert`) from the first pass's own point; the JSON
     report of ``afp tune --json``.
 
@@ -562,7 +564,32 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
     elif sum(tuned) > sum(first):
         chosen, reason = start, "the first pass's own weights: the tuned weights are worse than the first pass"
     report["chosen"] = {"point": chosen, "reason": reason, "is_first_pass": chosen is start}
+    if baseline is not None:
+        _against_baseline(tuner, report, baseline, seed)
     return report
+
+
+def _against_baseline(tuner: Tuner, report: dict[str, Any], baseline: Mapping[str, Sequence[str]], seed: int) -> None:
+    """The baseline's WER (a recogniser's own 1-best, ``afp tune --baseline hyp.trn``, which the
+    lattices alone may not reproduce: PocketSphinx's 1-best comes from its trigram, the lattice's
+    first pass from a bigram) and the chosen point against it on this dev set; no point is
+    chosen when the chosen one is worse than the baseline here (``--save`` then writes nothing)."""
+    from afp.significance import compare
+
+    missing = [u.key for u in tuner.utterances if u.key not in baseline]
+    if missing:
+        raise ValueError(f"the baseline has no hypothesis for {len(missing)} utterance(s), e.g. {missing[0]!r}")
+    base = [word_errors(u.ref, list(baseline[u.key]), bool(tuner.ignore_case)).errors for u in tuner.utterances]
+    chosen = report["chosen"]
+    at_chosen = utterance_errors(tuner, chosen["point"])
+    words = [u.first_pass.ref_words for u in tuner.utterances]
+    total = sum(words)
+    report["baseline"] = {"wer": 100.0 * sum(base) / total, "chosen_wer": 100.0 * sum(at_chosen) / total,
+                          "chosen_against_baseline": compare(base, at_chosen, words, seed=seed).to_json()}
+    if sum(at_chosen) > sum(base):
+        report["chosen"] = {"point": None, "is_first_pass": False,
+                            "reason": f"none: the chosen point's WER on this dev set ({100.0 * sum(at_chosen) / total:.2f}%) "
+                                      f"is above the baseline's ({100.0 * sum(base) / total:.2f}%)"}
 
 
 def _cross_validated(tuner: Tuner, start: dict[str, float], coords: Sequence[str], restarts: int, folds: int,

@@ -101,7 +101,7 @@ def tuned_on(data: dict[str, Any], model: Any, options: Any, restarts: int, fold
 
     tuner = Tuner(model.scorer, options, data["refs"])
     tuner.add(lattice for path in data["paths"] for lattice in read_lattice_file(path))
-    return joint_tune(tuner, restarts=restarts, folds=folds)
+    return joint_tune(tuner, restarts=restarts, folds=folds, baseline=data["hyps"])
 
 
 def applied(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
@@ -155,12 +155,16 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_tune:
             for tune_set, test_set in (args.sets, args.sets[::-1]):
                 tuned = tuned_on(sets[tune_set], model, base, args.restarts, args.folds)
+                if tuned["chosen"]["point"] is None:  # worse than the decoder's 1-best on the tuning set
+                    entry["wer"][f"tuned on {tune_set}"] = {"tune": tuned["chosen"]}
+                    continue
                 chosen = TunedWeights.from_options(base.at_point(tuned["chosen"]["point"]))
                 options = build_options({"max_arcs": budget}, weights=chosen,
                                         unk_default=model.loaded.default_unk_penalty)
                 result = applied(sets[test_set], model, options)
                 entry["wer"][f"tuned on {tune_set}, applied to {test_set}"] = {
-                    "tune": {k: tuned[k] for k in ("first_pass_wer", "best", "chosen", "cross_validated") if k in tuned},
+                    "tune": {k: tuned[k] for k in ("first_pass_wer", "best", "chosen", "cross_validated", "baseline")
+                             if k in tuned},
                     **result}
                 print(budget, tune_set, "->", test_set, {k: v for k, v in result.items() if k != "against_decoder"},
                       flush=True)

@@ -339,8 +339,16 @@ def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
     from afp.wer import CASE_NOTE
 
     scores = tuple(n.strip() for n in (args.tune_score_weights or "").split(",") if n.strip())
-    report = joint_tune(tuner, scores, restarts=args.restarts, folds=args.folds, seed=args.seed,
-                        progress=sys.stderr.isatty())
+    baseline = None
+    if args.baseline:
+        from afp.wer import read_hypotheses
+
+        baseline = read_hypotheses(args.baseline)
+    try:
+        report = joint_tune(tuner, scores, restarts=args.restarts, folds=args.folds, seed=args.seed,
+                            progress=sys.stderr.isatty(), baseline=baseline)
+    except ValueError as err:
+        raise CLIError(str(err)) from None
     best = report["best"]
     point = {k: v for k, v in best.items() if k not in ("wer", "errors", "against_first_pass")}
     chosen = report["chosen"]
@@ -350,6 +358,9 @@ def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
                   "utterances": report["utterances"], "inputs": list(args.inputs), "refs": args.refs,
                   "model": str(args.model or "bundled default"), "command": " ".join(["afp", *args.argv]),
                   "chosen": chosen["reason"]}
+        if chosen["point"] is None:
+            print(json.dumps(report) if args.json else f"chosen: {chosen['reason']}")
+            raise CLIError(f"--save {args.save}: nothing written: {chosen['reason']}")
         chosen_weights(tuner, report, record).write(args.save)
         report["saved"] = args.save
     if args.json:
@@ -375,7 +386,12 @@ def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
         print(f"cross-validated ({cv['folds']} folds, each decoded with weights tuned on the others): WER "
               f"{cv['wer']:.2f}%")
         print(f"  against the first pass: {_comparison(cv['against_first_pass'])}")
-    print(f"chosen: {chosen['reason']}" + ("" if chosen["is_first_pass"] else f"  [{shown(chosen['point'])}]"))
+    if "baseline" in report:
+        b = report["baseline"]
+        print(f"baseline ({args.baseline}): WER {b['wer']:.2f}%; the chosen point against it: "
+              f"{_comparison(b['chosen_against_baseline'])}")
+    shown_point = chosen["point"] is not None and not chosen["is_first_pass"]
+    print(f"chosen: {chosen['reason']}" + (f"  [{shown(chosen['point'])}]" if shown_point else ""))
     if report["at_edge"]:
         print(f"warning: {', '.join(report['at_edge'])} ended at the edge of its range: the best value may lie beyond")
     print(f"{report['line_searches']} line searches in {report['seconds']:.1f} s "
@@ -826,6 +842,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=5,
                    help="cross-validation folds for the expected WER on new data (default 5; 1: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the restarts and the bootstrap (default 0)")
+    p.add_argument("--baseline", metavar="HYPS",
+                   help="the recogniser's own 1-best (trn or Kaldi text, e.g. PocketSphinx's hyp.trn): reported, and "
+                        "--save writes nothing when the chosen point is worse than it on this dev set")
     p.add_argument("--save", metavar="JSON", help="write the chosen weights (afp rescore --weights reads them; "
                                                  "default: not written)")
     p.add_argument("--grid", action="store_true",

@@ -208,3 +208,29 @@ def test_joint_tune_never_ends_above_the_first_pass_and_its_weights_reproduce_it
     assert system["wer"] == pytest.approx(expected, abs=1e-9)
     assert main(["rescore", "--model", str(model), "--weights", str(weights), "--lm-weight", "1", str(directory)]) == 2
     assert "give it or --lm-weight, not both" in capsys.readouterr().err
+
+
+def test_a_baseline_better_than_every_point_saves_nothing(tmp_path, capsys):
+    """--baseline (a recogniser's own 1-best): its WER is reported; a baseline that is the
+    references themselves (0 errors) beats any point the search finds on noisy lists, so --save
+    refuses and writes nothing; the baseline that is the first pass's own 1-best never does."""
+    lists, refs = dev_set(12, seed=5)
+    directory = tmp_path / "dev.json"
+    directory.write_text(json.dumps([{"key": n.key, "hypotheses": [{"words": " ".join(h.words), "scores": h.scores}
+                                                                   for h in n.hypotheses]} for n in lists]))
+    ref_path = tmp_path / "refs.txt"
+    ref_path.write_text("".join(f"{k} {' '.join(v)}\n" for k, v in refs.items()))
+    model = saved_model(tmp_path / "model", cell="gru", rho=2)
+    common = ["tune", "--model", str(model), "--refs", str(ref_path), "--folds", "1", "--restarts", "1", "--json"]
+    perfect = tmp_path / "perfect.txt"
+    perfect.write_text(ref_path.read_text())
+    assert main([*common, "--baseline", str(perfect), "--save", str(tmp_path / "w.json"), str(directory)]) == 2
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["baseline"]["wer"] == 0.0 and report["baseline"]["chosen_wer"] > 0
+    assert report["chosen"]["point"] is None and "nothing written" in err and not (tmp_path / "w.json").exists()
+    first = tmp_path / "first.txt"  # the lists' first hypotheses: the recogniser's 1-best
+    first.write_text("".join(f"{n.key} {' '.join(n.hypotheses[0].words)}\n" for n in lists))
+    assert main([*common, "--baseline", str(first), "--save", str(tmp_path / "w.json"), str(directory)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["baseline"]["chosen_wer"] <= report["baseline"]["wer"] and (tmp_path / "w.json").is_file()
