@@ -188,7 +188,7 @@ def request_features(request: RescoreRequest, runtime: Runtime) -> dict[str, Any
 def rescore_request(request: RescoreRequest, runtime: Runtime,
                     deadline: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Parse, rescore and serialize every lattice of a request: one result per lattice and LM
-    weight, and the request's warnings (at most one: mostly unknown words)."""
+    weight, and the request's warnings (each kind once: mostly unknown words, words looked up in another case, untuned weights)."""
     settings = runtime.settings
     options = dataclasses.replace(options_for(request, settings, runtime.weights,
                                               runtime.loaded.default_unk_penalty), deadline=deadline)

@@ -284,7 +284,9 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
     file named ``*`` + one of :data:`LATTICE_SUFFIXES`, optionally ``.gz``, in name order: a
     decoder's ``UTT.slf`` files); ``keep`` as :func:`read_lattices`."""
     path = Path(path)
-    if fmt != "espnet-nbest" and path.is_dir() and not (path / "1best_recog" / "text").is_file():
+    from lattices.formats.nbest import is_espnet_nbest_dir
+
+    if fmt != "espnet-nbest" and path.is_dir() and not is_espnet_nbest_dir(path):
         files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")
                        and f.name.removesuffix(".gz").endswith(LATTICE_SUFFIXES))
         if not files:
