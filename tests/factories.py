@@ -218,3 +218,12 @@ def shared_data_file(*parts: str) -> Path:
     path = SHARED_DATA.joinpath(*parts)
     assert path.is_file(), f"{path} is absent, though {SHARED_DATA} is there: a wrong path?"
     return path
+
+
+def require_shared(*paths: Path) -> None:
+    """Skip when the shared data directory is absent (a checkout without ``../shared``); when it is
+    there, fail unless every one of ``paths`` exists: a wrong path must not become a skip."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent")
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    assert not missing, f"absent though {SHARED_DATA} is there (a wrong path?): {', '.join(missing)}"

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from lattices.formats.htk import read_htk, write_htk
 from lattices.lattice import Lattice, LatticeFormatError
+from tests.factories import require_shared
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests.factories import SHARED_DATA  # noqa: E402 (the one definition)
 AMI_FILES = sorted((SHARED_DATA / "lattices" / "ami-htk").glob("*.lat.gz"))
 THEANOLM_FILE = SHARED_DATA / "lattices" / "theanolm" / "lattice.slf"
 
@@ -113,8 +114,7 @@ def test_ami_lattices_read_and_round_trip(path: Path) -> None:
 
 
 def test_theanolm_lattice_words_on_links() -> None:
-    if not THEANOLM_FILE.exists():
-        pytest.skip(f"{THEANOLM_FILE} is absent")
+    require_shared(THEANOLM_FILE)
     text = THEANOLM_FILE.read_text(encoding="utf-8")
     lattice = read_htk(text, source=str(THEANOLM_FILE))
     assert (lattice.num_states, lattice.num_arcs) == header_counts(text) == (24, 39)

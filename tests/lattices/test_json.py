@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lattices.formats.jsonfmt import lattice_from_json, lattice_to_json
 from lattices.lattice import Lattice, LatticeFormatError
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests.factories import SHARED_DATA  # noqa: E402 (the one definition)
 HTK_FILES = sorted((SHARED_DATA / "lattices" / "ami-htk").glob("*.lat.gz")) + sorted(
     (SHARED_DATA / "lattices" / "theanolm").glob("*.slf"))
 

@@ -23,7 +23,7 @@ from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
-from tests.factories import replacing_options, all_paths, make_model, random_lattice, tiny_vocab
+from tests.factories import require_shared, replacing_options, all_paths, make_model, random_lattice, tiny_vocab
 from tests.lattices.test_k2 import WORDS, transducer
 from tests.lattices.test_real_lattices import FILES, model_for
 
@@ -197,8 +197,8 @@ def test_rescored_random_lattices_write_valid_k2(seed: int) -> None:
 
 # ------------------------------------------------------------------------------- real lattices
 def real_lattices(name: str, count: int) -> list[Lattice]:
-    if not FILES[name] or not all(f.is_file() for f in FILES[name]):
-        pytest.skip("../shared/data/lattices is absent")
+    require_shared(*FILES[name])
+    assert FILES[name], name
     return [lattice for f in FILES[name][:count] for lattice in read_lattice_file(f)][:count]
 
 

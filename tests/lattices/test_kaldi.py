@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from lattices.formats.kaldi import read_kaldi, write_kaldi
 from lattices.lattice import Lattice, LatticeFormatError
 from lm.vocab import parse_symbol_table
-from tests.factories import MUTATIONS, SHARED_DATA, VALID_MUTATIONS, mutate_lines, neutral_mutation
+from tests.factories import require_shared, MUTATIONS, SHARED_DATA, VALID_MUTATIONS, mutate_lines, neutral_mutation
 
 DATA = SHARED_DATA / "lattices"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,8 +53,7 @@ def canonical(lattice: Lattice) -> tuple:
 
 def data(*parts: str) -> Path:
     path = DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
+    require_shared(path)
     return path
 
 

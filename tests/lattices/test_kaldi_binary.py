@@ -17,7 +17,7 @@ from lattices.formats.kaldi import read_kaldi, write_kaldi
 from lattices.formats.kaldi_binary import looks_like_kaldi_binary, read_kaldi_binary, write_kaldi_binary
 from lattices.lattice import Lattice, LatticeFormatError
 from lm.vocab import parse_symbol_table
-from tests.factories import SHARED_DATA
+from tests.factories import require_shared, SHARED_DATA
 from tests.lattices.test_kaldi import COMPACT, TRANSDUCER, VALID, assert_same_lattice
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -208,8 +208,7 @@ def test_binary_sniffing_does_not_take_other_formats():
 @functools.lru_cache(maxsize=None)
 def ami(name: str) -> str:
     path = SHARED_DATA / "lattices" / "ami-kaldi" / name
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
+    require_shared(path)
     return path.read_text()
 
 

@@ -26,7 +26,7 @@ from lattices.formats.nbest import (
     read_srilm_nbest,
 )
 from lattices.lattice import Lattice, LatticeFormatError
-from tests.factories import DEVICES, SHARED_DATA
+from tests.factories import require_shared, DEVICES, SHARED_DATA
 
 ESPNET_DIR = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
 
@@ -316,8 +316,7 @@ def test_espnet_missing_pieces(tmp_path: Path) -> None:
 
 
 def test_real_espnet_nbest() -> None:
-    if not is_espnet_nbest_dir(ESPNET_DIR):
-        pytest.skip(f"no ESPnet n-best lists under {ESPNET_DIR}")
+    require_shared(ESPNET_DIR / "1best_recog" / "text")
     lists = read_espnet_nbest(ESPNET_DIR)
     assert len(lists) == 2703 and max(len(n.hypotheses) for n in lists) == 30
     first = lists[0]

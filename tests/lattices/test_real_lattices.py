@@ -12,7 +12,7 @@ from lm.checkpoint import LoadedModel
 from lm.corpus import collate, encode
 from lm.scorer import LMScorer
 from lm.vocab import Vocabulary
-from tests.factories import replacing_options, SHARED_DATA, make_model
+from tests.factories import require_shared, replacing_options, SHARED_DATA, make_model
 
 LATTICES = SHARED_DATA / "lattices"
 FILES = {
@@ -23,8 +23,8 @@ FILES = {
 
 
 def lattices_of(name):
-    if not FILES[name] or not all(f.is_file() for f in FILES[name]):
-        pytest.skip("../shared/data/lattices is absent")
+    require_shared(*FILES[name])
+    assert FILES[name], name
     return [lattice for f in FILES[name] for lattice in read_lattice_file(f)]
 
 
