@@ -146,9 +146,13 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"command": "python -m bench.pocketsphinx_rescore " + " ".join(argv or []),
                               "model": args.model, "model_load_seconds": load_seconds, "environment": environment(),
                               "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)", "budgets": {}}
+    if Path(args.out).is_file():  # keep the other budgets' runs (each entry records its own command)
+        import json
+
+        report["budgets"] = json.loads(Path(args.out).read_text()).get("budgets", {})
     for budget in args.budget or [50_000]:
         base = build_options({"max_arcs": budget}, unk_default=model.loaded.default_unk_penalty)
-        entry: dict[str, Any] = {"speed": {}, "wer": {}}
+        entry: dict[str, Any] = {"speed": {}, "wer": {}, "command": report["command"], "limit": args.limit}
         for name, data in sets.items():
             entry["speed"][name] = speed_run(data, model, base)
             print(budget, name, {k: v for k, v in entry["speed"][name].items() if k != "rows"}, flush=True)
