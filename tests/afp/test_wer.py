@@ -9,7 +9,7 @@ import pytest
 
 from afp.wer import (ReferencesError, WerStats, corpus_wer, cut_reference, match_references, read_references,
                          word_errors)
-from tests.factories import SHARED_DATA, WORDS
+from tests.factories import require_shared, SHARED_DATA, WORDS
 from tests.lattices.test_mbr import levenshtein
 
 DEV_CLEAN = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
@@ -157,9 +157,8 @@ def test_match_references_exact_then_speaker_suffix():
         match_references(refs, ["tt1"])  # a suffix must start after a "-"
 
 
-@pytest.mark.skipif(not (DEV_CLEAN / "ref_wer.trn").is_file() or not (DEV_CLEAN / "1best_recog" / "text").is_file(),
-                    reason="the ESPnet LibriSpeech n-best data is not in ../shared/data")
 def test_real_espnet_trn_and_first_pass_wer():
+    require_shared(DEV_CLEAN / "ref_wer.trn", DEV_CLEAN / "1best_recog" / "text")
     refs = read_references(DEV_CLEAN / "ref_wer.trn")
     assert len(refs) == 2703 and sum(len(words) for words in refs.values()) == 54402
     assert refs["1272-128104-1272-128104-0000"][:3] == ["MISTER", "QUILTER", "IS"]

@@ -10,7 +10,7 @@ from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import load_checkpoint
 from lm.scorer import LMScorer, WindowScorer, score_sentences
-from tests.factories import replacing_options, SHARED_DATA, WORDS, espnet_subset, random_lattice, saved_model
+from tests.factories import require_shared, replacing_options, SHARED_DATA, WORDS, espnet_subset, random_lattice, saved_model
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +120,11 @@ AMI = SHARED_DATA / "lattices" / "ami-htk"
 ESPNET = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
 
 
-@pytest.mark.skipif(not (AMI.is_dir() and ESPNET.is_dir()), reason="../shared/data lattices and n-best lists absent")
 def test_real_lattices_and_lists_get_their_exact_acausal_scores(tmp_path, capsys):
     """A real AMI lattice and 15 real ESPnet lists rescored with ``--feature``: every returned
     hypothesis's ``scores.acausal`` equals ``afp score`` of its words with the window model (whose
     vocabulary is the data's own, from a few steps of training on the lists' text)."""
+    require_shared(AMI, ESPNET)
     import json
 
     from lattices.formats import read_lattice_file

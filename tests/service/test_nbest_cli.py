@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from tests.factories import SHARED_DATA, WORDS, espnet_subset, saved_model
+from tests.factories import require_shared, SHARED_DATA, WORDS, espnet_subset, saved_model
 
 ESPNET = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
 
@@ -117,9 +117,9 @@ def test_unknown_score_name_is_one_line(capsys, tmp_path, model_dir):
     assert "no score named acustic" in captured.err and "Traceback" not in captured.err
 
 
-@pytest.mark.skipif(not ESPNET.is_dir(), reason="../shared/data/nbest is absent")
 def test_real_espnet_lists_are_exact(capsys, tmp_path, model_dir):
     """The first 8 utterances of the real dev_clean lists: lm_logprob equals afp score (every hypothesis)."""
+    require_shared(ESPNET)
     subset = espnet_subset(ESPNET, tmp_path / "dev_clean", 8)
     rows, _ = run(capsys, ["rescore", "--model", str(model_dir), "--json", "--nbest", "30", "--keep-case",
                            "--score-weights", "decoder=0.6,ctc=0.4", "--old-lm-weight", "0.6", "--lm-weight", "0",
@@ -169,8 +169,8 @@ def test_untuned_weights_are_the_recognisers_own_combination(capsys, tmp_path, m
     assert any(r["changed"] for r in rows)  # the old default's weight was not the recogniser's
 
 
-@pytest.mark.skipif(not ESPNET.is_dir(), reason="../shared/data LibriSpeech n-best lists absent")
 def test_real_espnet_lists_give_their_recogniser_weights_and_first_pass(capsys, tmp_path, model_dir):
+    require_shared(ESPNET)
     from lattices.formats.nbest import first_pass_weights, read_espnet_nbest
 
     lists = read_espnet_nbest(ESPNET)
