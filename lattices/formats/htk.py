@@ -269,6 +269,20 @@ def slf_meta(slf: SlfRecords) -> tuple[dict[str, Any], float]:
     return meta, log_base
 
 
+def link_ends(r: _Reader, j: int, number: int, record: dict[str, str], num_nodes: int) -> tuple[int, int]:
+    """The ``S=`` and ``E=`` nodes of link ``j`` (its line ``number``), each checked to be present
+    and a declared node (ids are ``0..num_nodes-1`` after :func:`check_slf_ids`)."""
+    ends = []
+    for name in ("S", "E"):
+        if name not in record:
+            raise r.error(f"link {j} has no {name}= field", number, name)
+        node = r.integer(record[name], number, name)
+        if node >= num_nodes:
+            raise r.error(f"node {node} is not declared (no I={node} line)", number, name)
+        ends.append(node)
+    return ends[0], ends[1]
+
+
 def check_slf_ids(slf: SlfRecords) -> None:
     """:class:`LatticeFormatError` unless N= and L= (where given) match the nodes and links found,
     there is a node, and node and link ids are ``0..count-1``."""
@@ -325,17 +339,10 @@ def _build(r: _Reader, nodes: dict[int, tuple[int, dict[str, str]]], links: dict
     link_extra: dict[str, list[str | None]] = {}
     for j in range(num_arcs):
         number, record = links[j]
-        ends = []
-        for name in ("S", "E"):
-            if name not in record:
-                raise r.error(f"link {j} has no {name}= field", number, name)
-            node = r.integer(record[name], number, name)
-            if node not in nodes:
-                raise r.error(f"node {node} is not declared (no I={node} line)", number, name)
-            ends.append(node)
-        src.append(ends[0])
-        dst.append(ends[1])
-        words.append(word_id(record.get("W") if on_links else node_word[ends[1]]))
+        start_node, end_node = link_ends(r, j, number, record, num_states)
+        src.append(start_node)
+        dst.append(end_node)
+        words.append(word_id(record.get("W") if on_links else node_word[end_node]))
         acoustic.append(r.number(record["a"], number, "a") * log_base if "a" in record else 0.0)
         graph.append(r.number(record["l"], number, "l") * log_base if "l" in record else 0.0)
         for name, value in record.items():

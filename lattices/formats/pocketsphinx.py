@@ -118,7 +118,7 @@ import torch
 from torch import Tensor
 
 from lattices import topology
-from lattices.formats.htk import SlfRecords, check_slf_ids, parse_slf, slf_meta, start_and_finals
+from lattices.formats.htk import SlfRecords, check_slf_ids, link_ends, parse_slf, slf_meta, start_and_finals
 from lattices.lattice import EPSILON, Lattice, LatticeFormatError
 
 __all__ = ["DEFAULT_ASCALE", "FILLER_WORDS", "implied_lm_scores", "is_filler", "posterior_arc_scores",
@@ -191,14 +191,7 @@ def _build(slf: SlfRecords, meta: dict[str, Any], log_base: float) -> Lattice:
     link_extra: dict[str, list[str | None]] = {}
     for j in range(num_links):
         number, record = links[j]
-        ends = []
-        for name in ("S", "E"):
-            if name not in record:
-                raise r.error(f"link {j} has no {name}= field", number, name)
-            node = r.integer(record[name], number, name)
-            if node >= num_nodes:
-                raise r.error(f"node {node} is not declared (no I={node} line)", number, name)
-            ends.append(node)
+        ends = link_ends(r, j, number, record, num_nodes)
         src.append(ends[0])
         dst.append(ends[1])
         words.append(word_id(node_word[ends[0]]))  # ids in order of first use, as HTK's reader gives them
