@@ -227,3 +227,15 @@ def require_shared(*paths: Path) -> None:
         pytest.skip(f"{SHARED_DATA} is absent")
     missing = [str(p) for p in paths if not Path(p).exists()]
     assert not missing, f"absent though {SHARED_DATA} is there (a wrong path?): {', '.join(missing)}"
+
+
+def levenshtein(a: list[str], b: list[str]) -> int:
+    """Word-level edit distance with unit costs, the textbook dynamic programme (a reference independent of kaldialign and afp.wer; tests/lattices/test_mbr.py
+    checks it by hand)."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i]
+        for j, y in enumerate(b, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]

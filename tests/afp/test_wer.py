@@ -10,7 +10,7 @@ import pytest
 from afp.wer import (ReferencesError, WerStats, corpus_wer, cut_reference, match_references, read_references,
                          word_errors)
 from tests.factories import require_shared, SHARED_DATA, WORDS
-from tests.lattices.test_mbr import levenshtein
+from tests.factories import levenshtein
 
 DEV_CLEAN = SHARED_DATA / "nbest" / "librispeech-espnet" / "dev_clean"
 

@@ -9,18 +9,7 @@ import pytest
 import torch
 
 from lattices.mbr import edit_distance_matrix, expected_errors, mbr_choice, posteriors
-from tests.factories import DEVICES, WORDS
-
-
-def levenshtein(a: list[str], b: list[str]) -> int:
-    """Word-level edit distance with unit costs, the textbook dynamic programme (a reference)."""
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, start=1):
-        current = [i]
-        for j, y in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
+from tests.factories import levenshtein, DEVICES, WORDS
 
 
 def test_levenshtein_reference_itself():

@@ -23,6 +23,7 @@ from lattices.formats.pocketsphinx import (DEFAULT_ASCALE, implied_lm_scores, is
                                            read_pocketsphinx)
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.search import Dag
+from tests.factories import levenshtein
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pocketsphinx"
 LATTICE_FILES = sorted(FIXTURES.glob("*.slf.gz"))
@@ -144,15 +145,6 @@ def _best(lattice: Lattice, score: torch.Tensor) -> tuple[float, list[str]]:
               torch.zeros(len(lattice.finals), dtype=torch.float64), lattice.levels)
     total, arcs = dag.best_path()
     return total, [lattice.word(a) for a in arcs.tolist() if int(lattice.words[a])]
-
-
-def _errors(hyp: list[str], ref: list[str]) -> int:
-    row = list(range(len(ref) + 1))
-    for i, x in enumerate(hyp, 1):
-        diagonal, row[0] = row[0], i
-        for j, y in enumerate(ref, 1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (x != y))
-    return row[-1]
 
 
 @pytest.fixture(scope="module")
@@ -417,9 +409,9 @@ def test_real_recovering_the_decoder_1best(real: dict[str, tuple[str, Lattice]])
         objective = lattice.acoustic + 9.5 * implied_lm_scores(lattice) + word * (9.5 / 6.5) * math.log(0.65)
         _, words = _best(lattice, objective)
         exact += words == hyps[key]
-        errors["decoder-like"] += _errors(words, hyps[key])
-        errors["acoustic"] += _errors(_best(lattice, lattice.acoustic)[1], hyps[key])
-        errors["posterior"] += _errors(_best(lattice, posterior_arc_scores(lattice))[1], hyps[key])
+        errors["decoder-like"] += levenshtein(words, hyps[key])
+        errors["acoustic"] += levenshtein(_best(lattice, lattice.acoustic)[1], hyps[key])
+        errors["posterior"] += levenshtein(_best(lattice, posterior_arc_scores(lattice))[1], hyps[key])
     assert sum(len(h) for h in hyps.values()) == 68
     assert exact >= 2 and errors["decoder-like"] <= 5, (exact, errors)
     assert errors["acoustic"] > 30 and errors["posterior"] > errors["decoder-like"], errors
