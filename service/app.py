@@ -74,30 +74,51 @@ class BodyLimit:
     the app sees the plain body, without the header: the limit holds for the compressed and the
     decompressed size (413), a damaged gzip body is a 422, another encoding a 415.
 
-    Before a 413 the rest of the body is read and thrown away, up to ``drain`` more bytes: a
-    client that writes its whole body before it reads (Python's ``urllib``, ``requests``) would
-    otherwise find the connection closed under it ("Connection reset by peer") instead of the
-    413. Nothing drained is kept, so memory stays bounded; a body larger still is cut off."""
+    A refusal made before the whole body has arrived (413, 415, a damaged gzip stream) is sent in
+    full, with ``Connection: close``, and then the rest of the body is *drained*: read as it
+    arrives and thrown away, for at most ``drain_s`` seconds in all and ``drain_idle_s`` seconds
+    without data (nginx's ``lingering_time`` and ``lingering_timeout``); then the connection is
+    closed. A client that writes its whole body before it reads (Python's ``urllib``,
+    ``http.client``) would otherwise find the connection reset under it instead of the answer: a
+    socket closed with unread data sends a TCP reset, and the reset can throw away the answer
+    before the client reads it. The response is held open while draining (its last, empty body
+    message comes after the drain), because uvicorn stops delivering the body once a response is
+    complete and closes a ``Connection: close`` connection at once. Draining keeps nothing, so
+    memory stays flat whatever the size; the time bound stops a client that keeps trickling.
+    A client that sent ``Expect: 100-continue`` and was not yet told to go on sends no body, so
+    there is nothing to drain."""
 
-    def __init__(self, app: Any, limit: int, max_json_depth: int, drain: int | None = None) -> None:
+    def __init__(self, app: Any, limit: int, max_json_depth: int, drain_s: float = 30.0,
+                 drain_idle_s: float = 5.0) -> None:
         self.app, self.limit, self.max_json_depth = app, limit, max_json_depth
-        self.drain = min(limit, 256 * 1024 * 1024) if drain is None else drain
+        self.drain_s, self.drain_idle_s = drain_s, drain_idle_s
 
     @staticmethod
     async def _answer(error: APIError, scope: dict, receive: Any, send: Any) -> None:
         await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
 
-    @staticmethod
-    async def _discard(receive: Any, budget: int) -> None:
-        """Read and drop the rest of the body, at most ``budget`` bytes of it."""
-        seen = 0
-        while seen <= budget:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            seen += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                return
+    async def _refuse(self, error: APIError, receive: Any, send: Any, expect_continue: bool) -> None:
+        """Answer ``error`` before the body has been read to its end: the whole answer with
+        ``Connection: close``, then the rest of the body drained (see the class), then the end of
+        the response, which makes the server close the connection. With ``expect_continue`` (the
+        client waits for ``100 Continue`` and has been sent none) nothing is drained."""
+        response = JSONResponse(error.body(), status_code=error.status, headers={"Connection": "close"})
+        await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body, "more_body": True})
+        if not expect_continue:
+            await self._drain(receive)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _drain(self, receive: Any) -> None:
+        """Read and drop the rest of the body until it ends, the client goes away, ``drain_idle_s``
+        pass without data or ``drain_s`` pass in all."""
+        more = True
+        with anyio.move_on_after(self.drain_s):
+            while more:
+                more = False  # unless a message comes within the idle limit and says so
+                with anyio.move_on_after(self.drain_idle_s):
+                    message = await receive()
+                    more = message["type"] == "http.request" and message.get("more_body", False)
 
     def _too_large(self) -> APIError:
         return APIError(413, "too_large", f"request body is over the limit of {self.limit} bytes")
@@ -107,20 +128,16 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        expect_continue = b"100-continue" in headers.get(b"expect", b"").lower()
+        declared = headers.get(b"content-length")
         try:
             decoder = body_decoder(headers.get(b"content-encoding"), self.limit)
+            if declared is not None and not declared.isdigit():
+                raise APIError(400, "invalid_request", "the Content-Length header is not a number")
+            if declared is not None and int(declared) > self.limit:
+                raise self._too_large()
         except APIError as error:
-            await self._answer(error, scope, receive, send)
-            return
-        declared = headers.get(b"content-length")
-        if declared is not None and not declared.isdigit():
-            await self._answer(APIError(400, "invalid_request", "the Content-Length header is not a number"),
-                               scope, receive, send)
-            return
-        if declared is not None and int(declared) > self.limit:
-            if int(declared) <= self.limit + self.drain:
-                await self._discard(receive, self.limit + self.drain)
-            await self._answer(self._too_large(), scope, receive, send)
+            await self._refuse(error, receive, send, expect_continue)
             return
         chunks, size = [], 0
         try:
@@ -128,18 +145,23 @@ class BodyLimit:
                 message = await receive()
                 if message["type"] != "http.request":
                     return  # the client went away
+                more = message.get("more_body", False)
                 data = message.get("body", b"")
                 size += len(data)
-                if size > self.limit:
-                    if message.get("more_body", False):
-                        await self._discard(receive, self.drain)
-                    raise self._too_large()
-                chunks.append(decoder.feed(data) if decoder is not None else data)
-                if not message.get("more_body", False):
+                try:
+                    if size > self.limit:
+                        raise self._too_large()
+                    chunks.append(decoder.feed(data) if decoder is not None else data)
+                    if not more and decoder is not None:
+                        decoder.finish()
+                except APIError as error:
+                    if not more:
+                        raise
+                    await self._refuse(error, receive, send, expect_continue=False)
+                    return
+                if not more:
                     break
-            if decoder is not None:
-                decoder.finish()
-        except APIError as error:
+        except APIError as error:  # the whole body has been read: an ordinary answer
             await self._answer(error, scope, receive, send)
             return
         body = b"".join(chunks)
@@ -271,6 +293,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, max_json_depth=settings.max_json_depth)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, max_json_depth=settings.max_json_depth,
+                       drain_s=settings.body_drain_s, drain_idle_s=settings.body_drain_idle_s)
     app.add_middleware(Observe, metrics=metrics)  # outermost: counts a request from its headers on
     return app

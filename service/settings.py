@@ -8,6 +8,11 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
                            fp32), or auto (default: bf16 on CUDA, fp32 on CPU); lm/output.py
   AFP_HOST, AFP_PORT       where ``afp serve`` listens
   AFP_MAX_BODY_BYTES       largest request body (413 above)
+  AFP_BODY_DRAIN_S         after refusing a body before reading all of it (413, 415), read and drop
+                           the rest for at most this many seconds, so that a client still writing
+                           it gets the answer, then close (default 30; nginx's lingering_time)
+  AFP_BODY_DRAIN_IDLE_S    stop draining sooner after this many seconds without data (default 5;
+                           nginx's lingering_timeout)
   AFP_MAX_JSON_DEPTH       deepest nesting of [ and { in a JSON body (422 above)
   AFP_MAX_LATTICE_ARCS     largest input lattice (422 above)
   AFP_MAX_LATTICES         most lattices in one request
@@ -55,6 +60,8 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
 
     max_body_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    body_drain_s: float = Field(default=30.0, ge=0)
+    body_drain_idle_s: float = Field(default=5.0, gt=0)
     max_json_depth: int = Field(default=64, gt=0)
     max_lattice_arcs: int = Field(default=500_000, gt=0)
     max_lattices: int = Field(default=1000, gt=0)
