@@ -148,19 +148,28 @@ class Tuner:
             self.ignore_case = case_differs(refs.values(), (lattice_words(lattice) for lattice in lattices))
         for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
             scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
-            self._check_names(scored.names, lattice.key)
-            labels = torch.where(scored.expansion.arc_lm_word != PAD,
-                                 scored.lattice.words[scored.expansion.arc_orig], -1)
-            first = first_pass_best(scored, scored.first_pass_weights(self.options.weights(1.0, scored)), labels)
-            ref = refs[lattice.key]
-            table = hypothesis_table(scored)
-            if table is not None:
-                self.add_table(lattice.key, ref, table[0], table[1], scored.names, first_words=first.words,
-                               acoustic_scale=scored.default_acoustic_scale)
-                continue
-            self.utterances.append(_Utterance(key=lattice.key, ref=ref,
-                                              first_pass=word_errors(ref, first.words, bool(self.ignore_case)),
-                                              acoustic_scale=scored.default_acoustic_scale, scored=scored))
+            self.add_scored(scored, refs[lattice.key])
+
+    def add_scored(self, scored: ScoredLattice, ref: list[str] | None = None) -> None:
+        """One utterance already expanded and scored (what :meth:`add` does after scoring; a
+        caller may have scored it otherwise, e.g. a baseline's approximate LM scores in the
+        ``new_lm`` column). ``ref``: its reference (default: the tuner's, by the lattice's key)."""
+        key = scored.lattice.key
+        if ref is None:
+            ref = match_references(self.refs, [key])[key]
+        if self.ignore_case is None:
+            self.ignore_case = case_differs([ref], [lattice_words(scored.lattice)])
+        self._check_names(scored.names, key)
+        labels = torch.where(scored.expansion.arc_lm_word != PAD, scored.lattice.words[scored.expansion.arc_orig], -1)
+        first = first_pass_best(scored, scored.first_pass_weights(self.options.weights(1.0, scored)), labels)
+        table = hypothesis_table(scored)
+        if table is not None:
+            self.add_table(key, ref, table[0], table[1], scored.names, first_words=first.words,
+                           acoustic_scale=scored.default_acoustic_scale)
+            return
+        self.utterances.append(_Utterance(key=key, ref=ref,
+                                          first_pass=word_errors(ref, first.words, bool(self.ignore_case)),
+                                          acoustic_scale=scored.default_acoustic_scale, scored=scored))
 
     def add_table(self, key: str, ref: list[str], words: list[list[str]], parts: Tensor, names: tuple[str, ...],
                   first_words: list[str] | None = None, acoustic_scale: float | None = None) -> None:

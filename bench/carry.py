@@ -28,8 +28,10 @@ RESUME = "resume"
 KEEP = ("config.json", "state.json")
 
 
-def _cast(source: Path, target: Path, dtype: torch.dtype) -> None:
-    """The safetensors file ``source`` written to ``target`` with its floating tensors as ``dtype``."""
+def cast(source: Path, target: Path, dtype: torch.dtype) -> None:
+    """The safetensors file ``source`` written to ``target`` with its floating tensors as ``dtype``
+    (a kept ``model.bf16.safetensors`` back to a float32 ``model.safetensors`` that a model
+    directory loads, or the other way)."""
     weights = load_file(source)
     save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}, target)
 
@@ -43,7 +45,7 @@ def pack(run: Path, carry: Path) -> None:
     tmp.mkdir(parents=True)
     for name in KEEP:
         shutil.copy2(source / name, tmp / name)
-    _cast(source / "model.safetensors", tmp / "model.bf16.safetensors", torch.bfloat16)
+    cast(source / "model.safetensors", tmp / "model.bf16.safetensors", torch.bfloat16)
     generators = {k: v for k, v in load_file(source / "optimizer.safetensors").items() if k.startswith("rng.")}
     save_file(generators, tmp / "rng.safetensors")
     if (run / "metrics.jsonl").is_file():
@@ -64,7 +66,7 @@ def unpack(carry: Path, run: Path) -> None:
     target.mkdir(parents=True)
     for name in KEEP:
         shutil.copy2(carry / name, target / name)
-    _cast(carry / "model.bf16.safetensors", target / "model.safetensors", torch.float32)
+    cast(carry / "model.bf16.safetensors", target / "model.safetensors", torch.float32)
     shutil.copy2(carry / "rng.safetensors", target / "optimizer.safetensors")  # no moments: Adam restarts them
     if (carry / "metrics.jsonl").is_file():
         shutil.copy2(carry / "metrics.jsonl", run / "metrics.jsonl")

@@ -44,13 +44,14 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def load_set(name: str, limit: int | None) -> dict[str, Any]:
-    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``)."""
+def load_set(name: str, limit: int | None, sets: Path | None = None) -> dict[str, Any]:
+    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``);
+    ``sets``: the folder of the sets (default ``runs/pocketsphinx``)."""
     import json
 
     from afp.wer import read_hypotheses, read_references
 
-    root = SETS / name
+    root = (SETS if sets is None else Path(sets)) / name
     info = json.loads((root / "set.json").read_text())
     utts = info["utterances"][:limit] if limit else info["utterances"]
     return {"name": name, "root": root, "utterances": utts, "refs": read_references(root / "ref.trn"),
