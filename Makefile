@@ -38,6 +38,13 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# Build docker/Dockerfile.cpu with docker or podman (installed when missing and run as root) and
+# exercise the image: health, answers equal to the host's, non-root, read-only models, graceful stop.
+# Prints "docker-check: skipped: ..." and succeeds when no container engine can be had.
+.PHONY: docker-check
+docker-check: install
+	$(BIN)/python docker/check.py
+
 # Benchmarks (long; run by hand, never by CI). Results go to bench/results/.
 bench-ptb: install
 	$(BIN)/python -m bench.paper_reproduction --dataset ptb

@@ -1,5 +1,7 @@
 """The Docker deployment, checked without a Docker engine: lint, the image's entry command and
-health check run outside Docker, the compose file's references, and the Kaldi client script."""
+health check run outside Docker, the build arguments and the serving requirements, the build
+context, the compose file's references, the Kaldi client script, and the pieces of
+docker/check.py (``make docker-check`` builds and exercises the image with an engine)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import tomllib
+
 import httpx
 import pytest
 import yaml
@@ -22,7 +26,11 @@ from tests.service.test_server_process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
-DOCKERFILES = [DOCKER / "Dockerfile.cpu", DOCKER / "Dockerfile.cuda"]
+DOCKERFILES = [DOCKER / "Dockerfile.cpu", DOCKER / "Dockerfile.cuda"]  # the server's images
+DECODER = DOCKER / "Dockerfile.decoder"
+sys.path.insert(0, str(DOCKER))
+import check as docker_check  # noqa: E402  (docker/check.py)
+import runtime_requirements  # noqa: E402  (docker/runtime_requirements.py)
 
 
 def final_stage(path: Path) -> list[str]:
@@ -49,7 +57,7 @@ def image_env(stage: list[str]) -> dict[str, str]:
 
 def test_dockerfiles_pass_hadolint():
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
-    done = subprocess.run([hadolint, *map(str, DOCKERFILES)], capture_output=True, text=True)
+    done = subprocess.run([hadolint, *map(str, DOCKERFILES), str(DECODER)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -68,17 +76,72 @@ def test_images_are_multistage_non_root_with_healthcheck(dockerfile):
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_images_hold_every_package_the_project_installs(dockerfile):
-    """Every top-level package of pyproject.toml's list is copied (and stands in, empty, in the
-    dependency layer): a package left out installs an image whose server cannot start."""
-    import tomllib
-
+    """Every top-level package of pyproject.toml's list is copied: a package left out installs an
+    image whose server cannot start."""
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = [name.rstrip("*") for name in include]
     assert {"lm", "lattices", "afp", "service"} <= set(packages)
     text = dockerfile.read_text()
     for package in packages:
         assert f"COPY {package} {package}" in text, package
-        assert f"{package}/__init__.py" in text, package
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_install_the_serving_requirements_without_lhotse_or_a_second_torch(dockerfile):
+    """The dependency layer installs pyproject's dependencies less torch (installed on its own, or
+    the CUDA base's) and lhotse (imported lazily, by batch jobs' manifest readers only); the
+    project itself goes in with --no-deps."""
+    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
+    assert "COPY pyproject.toml docker/runtime_requirements.py ./" in text
+    assert "python runtime_requirements.py pyproject.toml --without torch lhotse > requirements.txt" in text
+    assert "--no-deps" in text
+    expected = [d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+                if not d.startswith(("torch", "lhotse"))]
+    assert runtime_requirements.runtime_requirements(REPO / "pyproject.toml", ["torch", "lhotse"]) == expected
+    assert not any("torch" in line for line in final_stage(dockerfile) if "pip install" in line)
+
+
+def test_runtime_requirements_names_and_unknown_names(tmp_path, capsys):
+    assert runtime_requirements.name_of("Pydantic_Settings>=2.1") == "pydantic-settings"
+    assert runtime_requirements.name_of("torch >=2.4; python_version >= '3.10'") == "torch"
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["torch>=2.4", "numpy>=1.24", "lhotse>=1.20"]\n')
+    assert runtime_requirements.main([str(pyproject), "--without", "torch", "lhotse"]) == 0
+    assert capsys.readouterr().out == "numpy>=1.24\n"
+    with pytest.raises(SystemExit, match="no dependency named kaldi"):
+        runtime_requirements.runtime_requirements(pyproject, ["kaldi"])
+
+
+def test_cpu_torch_index_is_a_build_argument_defaulting_to_pytorchs_cpu_index():
+    """A real user's build gets the CPU wheel from PyTorch's index; make docker-check passes a
+    configured index (where plain torch==2.13.0 is the CPU build) as TORCH_INDEX_URL."""
+    text = (DOCKER / "Dockerfile.cpu").read_text()
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+    assert 'pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0' in text
+    assert text.index("ARG TORCH_INDEX_URL") < text.index('"$TORCH_INDEX_URL"')
+    makefile_torch = re.search(r"^TORCH\s*:=\s*(\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert makefile_torch in text  # the image's torch is the one make install pins
+
+
+def test_cuda_base_is_a_build_argument_of_both_stages():
+    text = (DOCKER / "Dockerfile.cuda").read_text()
+    assert re.search(r"^ARG BASE=pytorch/pytorch:\S+-cuda\S+$", text, re.M)
+    assert [line for line in text.splitlines() if line.startswith("FROM ")] == ["FROM ${BASE} AS build", "FROM ${BASE}"]
+
+
+def test_build_context_holds_what_the_dockerfiles_copy():
+    """.dockerignore lets through only what some COPY names (not .venv, .git or benchmark runs)."""
+    ignore = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert ignore[0] == "*"
+    allowed = {line[1:] for line in ignore if line.startswith("!")}
+    sources = set()
+    for dockerfile in [*DOCKERFILES, DECODER]:
+        for line in re.sub(r"\\\n\s*", " ", dockerfile.read_text()).splitlines():
+            if line.startswith("COPY ") and "--from" not in line:
+                sources.update(line.split()[1:-1])
+    assert sources <= allowed, sources - allowed
+    assert all((REPO / path).exists() for path in allowed)
+    assert not {".venv", ".git", "bench", "tests"} & allowed
 
 
 def test_entry_command_and_healthcheck_work_outside_docker():
@@ -112,9 +175,11 @@ def test_entry_command_and_healthcheck_work_outside_docker():
 def test_compose_file_references_exist():
     compose = yaml.safe_load((DOCKER / "compose.yml").read_text())
     services = compose["services"]
-    assert {"afp", "afp-gpu", "kaldi"} <= set(services)
-    for name in ("afp", "afp-gpu"):
+    assert {"afp", "afp-gpu", "decoder", "kaldi"} <= set(services)
+    for name in ("afp", "afp-gpu", "decoder"):
         assert (DOCKER / ".." / services[name]["build"]["dockerfile"]).resolve().is_file()
+    # kaldiasr/kaldi cannot be built here: it runs only when asked for
+    assert services["kaldi"]["profiles"] == ["kaldi"] and "profiles" not in services["decoder"]
     assert services["kaldi"]["depends_on"]["afp"]["condition"] == "service_healthy"
     mounts = services["kaldi"]["volumes"]
     assert any("kaldi-client.sh" in m for m in mounts)
@@ -152,3 +217,62 @@ def test_kaldi_client_script_against_a_live_server(tmp_path):
     assert results[0]["best"]["words"] == ["YEAH", "I", "THINK", "SO"]
     with gzip.open(REPO / "examples" / "kaldi" / "lat.1.gz", "rt") as f:
         assert f.readline().strip() == "utt-example-1"
+
+
+def test_compose_decoder_service_runs_the_pocketsphinx_client_on_the_librivox_clips():
+    """The decoder image copies the client to the path compose runs, waits for /readyz itself
+    (podman-compose ignores depends_on conditions) and posts to the afp service."""
+    decoder = yaml.safe_load((DOCKER / "compose.yml").read_text())["services"]["decoder"]
+    command = " ".join(decoder["entrypoint"] + decoder["command"])
+    copied = re.search(r"^COPY examples/pocketsphinx_client.py (\S+)$", DECODER.read_text(), re.M).group(1)
+    assert f"python {copied} --server" in command and "--wait" in command and "/audio/*.wav" in command
+    assert decoder["environment"]["AFP_URL"] == "http://afp:8000" and "$$AFP_URL" in command
+    assert decoder["depends_on"] == ["afp"]
+    audio = re.search(r"\$\{AUDIO_DIR:-([^}]+)\}:/audio:ro", decoder["volumes"][0]).group(1)
+    assert len(list((DOCKER / audio).glob("*.wav"))) == 5
+    # the pinned PocketSphinx is one the project's decoder extra accepts
+    pin = re.search(r"pocketsphinx==([\d.]+)", DECODER.read_text()).group(1)
+    spec = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["decoder"][0]
+    assert tuple(map(int, pin.split("."))) >= tuple(map(int, spec.split(">=")[1].split(".")))
+
+
+def test_check_mounts_this_machines_pip_settings(tmp_path, monkeypatch):
+    """docker/check.py merges the pip configuration into one pip.conf and mounts the paths it
+    names; a file:// index is mounted from its parent (its pages link to ../../files/)."""
+    monkeypatch.setattr(docker_check, "WORK", tmp_path / "work")
+    (tmp_path / "mirror" / "simple").mkdir(parents=True)
+    (tmp_path / "wheels").mkdir()
+    bundle = tmp_path / "ca.crt"
+    bundle.write_text("")
+    settings = {"global": {"cert": str(bundle), "find-links": str(tmp_path / "wheels"),
+                           "extra-index-url": f"file://{tmp_path}/mirror/simple https://example.org/simple",
+                           "default-timeout": "180"}}
+    conf, paths = docker_check.build_mounts(settings)
+    assert conf.read_text().startswith("[global]\ncert = ")
+    assert "default-timeout = 180" in conf.read_text()
+    assert paths == sorted([bundle, tmp_path / "wheels", tmp_path / "mirror"])
+
+
+def test_check_parses_pip_config_list(monkeypatch):
+    listed = ("global.cert='/etc/ssl/certs/ca-certificates.crt'\nglobal.find-links='/opt/wheels'\n"
+              ":env:.find-links='/srv/wheels'\ninstall.no-compile='1'\n")
+    monkeypatch.setattr(docker_check, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, listed))
+    assert docker_check.pip_settings() == {"global": {"cert": "/etc/ssl/certs/ca-certificates.crt",
+                                                      "find-links": "/srv/wheels"},
+                                           "install": {"no-compile": "1"}}
+
+
+def test_check_compares_answers_field_by_field():
+    host = {"key": "u1", "best": {"words": ["A"], "score": -1.0}, "seconds": 0.5}
+    assert docker_check.same({**host, "seconds": 9.0, "timing": {}}, host) is None
+    assert docker_check.same({**host, "best": {"words": ["A"], "score": -1.0 + 1e-12}}, host) is None
+    assert "best.score" in docker_check.same({**host, "best": {"words": ["A"], "score": -1.1}}, host)
+    assert "best.words" in docker_check.same({**host, "best": {"words": ["B"], "score": -1.0}}, host)
+
+
+def test_check_skips_plainly_without_an_engine(monkeypatch, capsys):
+    """Not root, no docker daemon, no podman: "skipped", exit 0 (CI goes on)."""
+    monkeypatch.setattr(docker_check.shutil, "which", lambda name: None)
+    monkeypatch.setattr(docker_check.os, "geteuid", lambda: 1000)
+    assert docker_check.main([]) == 0
+    assert "docker-check: skipped: no docker daemon answers and podman is not installed" in capsys.readouterr().out
