@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 EXAMPLE_TEXT := examples/conversation.txt
 
-.PHONY: install run demo test bench-ptb bench-timing bench-rescoring bench-load bench-report clean
+.PHONY: install run demo test bench-ptb bench-timing bench-rescoring bench-load bench-report docs clean
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -61,5 +61,17 @@ bench-load: install
 bench-report: install
 	$(BIN)/python -m bench.report
 
+# The documentation site (docs/, mkdocs.yml) into site/, strict: a broken link or reference fails.
+# The `docs` extra is installed into .venv the first time (it is not needed to run or test the service).
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -c 'import mkdocs, material, mkdocstrings_handlers.python' 2>/dev/null \
+		|| $(BIN)/pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "docs: open site/index.html (or run $(BIN)/mkdocs serve)"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info site

@@ -41,6 +41,11 @@ def _device_files(results: Path, stem: str) -> list[tuple[str, dict[str, Any]]]:
     return sorted(((d, data) for d, data in found if data), key=lambda x: (x[0] != "cpu", x[0]))
 
 
+def _plot(results: Path, name: str) -> str:
+    """`` (plot `NAME`)`` when ``results/NAME`` exists (the docs site shows it there), else nothing."""
+    return f" (plot `{name}`)" if (results / name).is_file() else ""
+
+
 def _where(data: dict[str, Any]) -> str:
     env = data.get("environment", {})
     gpu = env.get("gpu")
@@ -135,7 +140,8 @@ def epoch_timing(results: Path) -> list[str]:
                 row.append(row[1] / configs[f"exact (BPTT){suffix}"]["seconds_per_epoch"])
         lines += [f"### {device}: {_where(data)}; hidden {data['hidden']}, batch {data['batch_size']}, "
                   f"PTB ({data['epoch_tokens']:,} tokens per epoch)"
-                  + (f"; training precisions {', '.join(precisions)}" if len(precisions) > 1 else ""), "",
+                  + (f"; training precisions {', '.join(precisions)}" if len(precisions) > 1 else "")
+                  + _plot(results, f"epoch_timing_{device}.png"), "",
                   *_table(header, rows)]
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
 
@@ -151,7 +157,8 @@ def rescoring(results: Path) -> list[str]:
         nbest = [f"n-best {n} / AFP" for n in data["nbest"]]
         models = data["models"]
         afp_ppl = ", ".join(f"{rho} {ppl:.2f}" for rho, ppl in models["afp_valid_ppl"].items())
-        lines += [f"### {device}: {_where(data)}; {len(data['lattices'])} lattices", "",
+        lines += [f"### {device}: {_where(data)}; {len(data['lattices'])} lattices"
+                  + _plot(results, f"rescoring_{device}.png"), "",
                   f"Models: {json.dumps(models['architecture'])} on conversational text; validation perplexity "
                   f"of the exact RNN {models['rnn_valid_ppl']:.2f}, of AFP {afp_ppl}. Ratios are times of the "
                   f"baseline over AFP-rho's total (above 1: AFP is faster).", "",
@@ -176,7 +183,7 @@ def load(results: Path) -> list[str]:
         rows = [[a["connections"], a["throughput"], b["throughput"], quantiles(a), quantiles(b),
                  sum(a["errors"].values()) + sum(b["errors"].values())] for a, b in zip(on, off, strict=True)]
         lines += [f"### {device}: {_where(data)}; model `{data['model']}`, {data['seconds_per_setting']:.0f} s per "
-                  f"setting, {data['lattices']} lattices round-robin", "",
+                  f"setting, {data['lattices']} lattices round-robin" + _plot(results, f"load_{device}.png"), "",
                   *_table(["connections", "req/s batching", "req/s no batching", "p50/p95/p99 s batching",
                            "p50/p95/p99 s no batching", "errors"], rows)]
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
@@ -264,7 +271,8 @@ def train_throughput(results: Path) -> list[str]:
                   f"tokens, {cfg['precision']}, Zipf-distributed ids (exponent {data['zipf_exponent']:g}), median of "
                   f"{cfg['rounds']} rounds" + (f"; each configuration in its own process (holding "
                                                f"{min(r['start_rss_mib'] for r in train):.0f} MiB before it built "
-                                               "anything)" if "start_rss_mib" in train[0] else ""), "",
+                                               "anything)" if "start_rss_mib" in train[0] else "")
+                  + _plot(results, f"train_throughput_{device}.png"), "",
                   *_table(["V", "mode", "softmax", "tokens/s", "x exact full (tokens/s)",
                            *(_THROUGHPUT_MEMORY[k] for k in memory)], rows)]
         if score:
@@ -581,11 +589,59 @@ def ngrams(results: Path) -> list[str]:
     return lines
 
 
+def pocketsphinx_wer_table(results: Path) -> list[str]:
+    """``pocketsphinx_wer_table.json``: each system tuned on one PocketSphinx dev set and applied
+    to the other, against the decoder's 1-best and 50-best rescoring; nothing when absent."""
+    data = _load(results / "pocketsphinx_wer_table.json")
+    if not data:
+        return []
+    systems, rows = data["systems"], data["rows"]
+
+    def against(row: dict[str, Any], name: str) -> str:
+        c = row.get("against", {}).get(name)
+        if c is None:
+            return "-"
+        return (f"{c['difference']:+.2f} (p {c['mapsswe']['p']:.2g}, [{c['bootstrap']['low']:+.2f}, "
+                f"{c['bootstrap']['high']:+.2f}]{', significant' if c['significant'] else ''})")
+
+    def weights(point: dict[str, float]) -> str:
+        short = {"lm_weight": "lm", "old_lm_weight": "old lm", "word_penalty": "penalty", "unk_penalty": "unk"}
+        return ", ".join(f"{short.get(k, k.removeprefix('score:'))} {v:.3g}" for k, v in point.items())
+
+    table = []
+    for name, system in systems.items():
+        for row in sorted((r for r in rows.values() if r["system"] == name), key=lambda r: r["applied_to"]):
+            timed = "rescore_seconds_per_utterance" in row
+            table.append([system["label"], row["applied_to"], f"{row['wer']:.2f}", against(row, "decoder"),
+                          against(row, data["reference"]),
+                          f"{row['rescore_seconds_per_utterance']:.3f}" if timed else "-",
+                          f"{row['tune_seconds']:.0f}" if timed else "-",
+                          weights(row["point"]) if timed else "-"])
+    sets = ", ".join(f"{n} ({s['utterances']} utterances, {s['ref_words']:,} words, {s['audio_seconds'] / 60:.1f} "
+                     "min)" for n, s in data["sets"].items())
+    reference = systems.get(data["reference"], {}).get("label", data["reference"])
+    lines = ["## Does exact lattice rescoring pay? PocketSphinx lattices (`python -m bench.pocketsphinx_wer_table`)",
+             "", f"`{data['command']}`: the audio is {data['audio']}. Sets: {sets}. Each system tuned by afp tune's "
+             f"joint search ({data['tuning']['restarts']} restarts, {data['tuning']['folds']} folds, the decoder's "
+             "1-best as baseline) on one set and applied to the other; WER in percent on the set it was "
+             "applied to. Differences: WER minus that of the decoder's 1-best / of "
+             f"{reference}, matched-pairs p and bootstrap 95% interval. Seconds per utterance: rescoring the applied "
+             f"set after reading it, {_where(data)}; tuning seconds apart (scoring the tuning set and the search). "
+             f"Kaldi-style: histories merged at {data['kaldi_history']} words"
+             + _plot(results, "pocketsphinx_wer_table.png") + ".", "",
+             *_table(["system", "applied to", "WER", "vs decoder 1-best", f"vs {reference}", "s/utt", "tuning s",
+                      "weights"], table)]
+    if data.get("unavailable"):
+        lines += ["Not in the table: " + "; ".join(f"{n} ({systems.get(n, {}).get('label', n)}): {why}"
+                                                   for n, why in data["unavailable"].items()) + ".", ""]
+    return lines
+
+
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
                                  softmax_wikitext, rescoring,
                                  long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load, wer,
                                  tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
-                                 conversational)
+                                 conversational, pocketsphinx_wer_table)
 
 
 def render(results: Path = RESULTS) -> str:
