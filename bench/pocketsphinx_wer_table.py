@@ -1,0 +1,460 @@
+"""Does exact lattice rescoring pay? The WER table of issue 30 on PocketSphinx's own lattices.
+
+    python -m bench.pocketsphinx_set --ref .../dev_clean/ref_wer.trn --name dev_clean   # the sets first
+    python -m bench.pocketsphinx_set --ref .../dev_other/ref_wer.trn --name dev_other
+    OMP_NUM_THREADS=1 python -m bench.pocketsphinx_wer_table [--limit 200] [--systems NAME ...] [--redo]
+
+On the two PocketSphinx dev sets (``runs/pocketsphinx/dev_clean`` and ``dev_other``,
+bench/pocketsphinx_set.py: the lattices as the decoder wrote them, its 1-best ``hyp.trn``, the
+references), every system is tuned on the first ``--limit`` utterances of one set and applied to
+the first ``--limit`` of the other, both ways. The systems (``--systems`` names, in this order):
+
+=========================  =====================================================================
+``decoder``                the decoder's own 1-best (``hyp.trn``), no tuning
+``nbest50-afp``            the 50 best distinct word sequences of the lattice under the first
+                           pass's scores (:func:`bench.baselines.first_pass_nbest`), as an n-best
+                           list rescored exactly with the AFP part of ``models/librispeech``
+``nbest500-afp``           the same with 500
+``lattice-kn4``            exact lattice rescoring with the KN 4-gram ``models/librispeech/ngram``
+``nbest50-gru``            the 50-best list rescored with the full-history GRU
+                           ``bench/results/books-pair/gru-h256-exact`` (BPTT, sentence scores)
+``kaldi-gru``              Kaldi-style lattice rescoring with that GRU: histories merged at 4 words
+                           (order rho + 1 = 5), a merged state keeps the first history's RNN state
+``lattice-afp``            exact AFP lattice rescoring, ``models/librispeech/afp``
+``lattice-mixture``        exact lattice rescoring with the mixture ``models/librispeech``
+``lattice-gru-rho4``       exact lattice rescoring with the GRU's AFP twin
+                           ``bench/results/books-pair/gru-h256-rho4`` (same recipe, rho 4)
+``lattice-mixture-acausal``  the mixture plus the acausal window feature (``acausal``: the books
+                           window model rho 4, K = 2 of bench/acausal.py, kept in
+                           ``bench/results/acausal/carry/books-window-rho4-k2``)
+=========================  =====================================================================
+
+Every system other than the decoder is one code path: the engine prepares each input (a lattice, or
+the n-best lattice of its n best) and scores it into a :class:`~lattices.scored.ScoredLattice`
+(``afp rescore``'s :func:`~lattices.rescore.score_for_options`; the full-history GRU's own scores
+put in its ``new_lm`` column by :mod:`bench.baselines`); ``afp tune``'s joint search
+(:func:`afp.tune.joint_tune`, the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
+tuning set: from the first pass's own point and ``--restarts`` random ones (default 1), without
+cross-validation (``--folds``, default 1), as bench/pocketsphinx_rescore.py does. (``afp tune``'s own
+defaults, 3 and 5, cost about ten times as much: on a lattice every candidate of a line search is a
+full search of every utterance, 25 candidates per line search.) Then those weights, as ``afp tune
+--save`` writes them, are applied with ``afp rescore``'s search (:func:`~lattices.rescore.rescore_scored`)
+to the other set. Where ``afp tune`` would save nothing (the tuned point is worse than the decoder on the tuning
+set) the tuned point is applied anyway and the row says so. The engine runs at its defaults
+(:func:`afp.options.build_options`), on the CPU, one torch thread.
+
+Reported per system and direction: the WER on the applied set, the matched-pairs test and bootstrap
+(:mod:`afp.significance`) against the decoder's 1-best and against ``nbest50-afp``; seconds per
+utterance of rescoring the applied set (everything after reading the file: n-best search,
+determinization, expansion, scoring, search), the tuning seconds (scoring the tuning set and the
+search) and the model's load time, apart. A model that is not there is reported as not trained
+(its row is computed by a later run). Weights kept as bf16 (``model.bf16.safetensors`` and
+``config.json``) are cast to float32 once into ``runs/pocketsphinx/wer_table_models``.
+
+**Resumable**: each (system, direction) row is written to the JSON as soon as it is done, and a
+later run skips the rows already there (``--redo``: compute them again). A table of another
+``--limit`` is never mixed in: give ``--redo`` (start afresh) or another ``--out``.
+
+The audio is **synthetic** (text-to-speech voices, bench/pocketsphinx_set.py): the JSON and the
+report say so. Writes ``bench/results/pocketsphinx_wer_table.json`` and ``.png``; the section
+"Does exact lattice rescoring pay?" of bench/results/README.md renders it (``python -m bench.report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import REPO_ROOT, RESULTS, environment, pyplot, save_figure, write_json
+
+SETS = ("dev_clean", "dev_other")
+SETS_DIR = Path("runs/pocketsphinx")
+OUT = RESULTS / "pocketsphinx_wer_table.json"
+MODELS = REPO_ROOT / "models" / "librispeech"
+PAIR = RESULTS / "books-pair"
+WINDOW = RESULTS / "acausal" / "carry" / "books-window-rho4-k2"
+#: where kept bf16 weights are cast to float32 model directories
+CACHE = Path("runs/pocketsphinx/wer_table_models")
+#: the n-best system every other is compared with, beside the decoder
+REFERENCE = "nbest50-afp"
+DECODER = "decoder"
+#: Kaldi-style history merging: 4 words, the order (rho + 1 = 5) of the AFP twin
+KALDI_HISTORY = 4
+AUDIO = "synthetic (text-to-speech voices, bench/pocketsphinx_set.py): not real speech"
+
+
+@dataclass(frozen=True)
+class System:
+    """One row of the table.
+
+    ``kind``: ``decoder`` (hyp.trn), ``lattice`` (the engine on the lattice), ``nbest`` (the
+    engine on the n-best lattice of the ``n`` best), ``nbest-rnn`` (a full-history RNN's sentence
+    scores of the ``n`` best), ``kaldi`` (a full-history RNN, Kaldi-style, on the lattice).
+    ``model``: a model directory (or kept bf16 weights); ``feature``: an acausal window model,
+    the named score ``acausal``; ``absent``: what a missing model is reported as."""
+
+    name: str
+    label: str
+    kind: str
+    model: Path | None = None
+    n: int | None = None
+    feature: Path | None = None
+    absent: str = "not trained"
+    how: str = ""
+
+
+def default_systems() -> list[System]:
+    gru, twin = PAIR / "gru-h256-exact", PAIR / "gru-h256-rho4"
+    return [
+        System(DECODER, "decoder 1-best", "decoder", how="hyp.trn, no tuning"),
+        System("nbest50-afp", "50-best, AFP part", "nbest", MODELS / "afp", 50),
+        System("nbest500-afp", "500-best, AFP part", "nbest", MODELS / "afp", 500),
+        System("lattice-kn4", "lattice, KN 4-gram only", "lattice", MODELS / "ngram"),
+        System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50,
+               absent="not trained (bash bench/books_pair.sh exact)"),
+        System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru,
+               absent="not trained (bash bench/books_pair.sh exact)"),
+        System("lattice-afp", "exact lattice, AFP part", "lattice", MODELS / "afp"),
+        System("lattice-mixture", "exact lattice, mixture (AFP + 4-gram)", "lattice", MODELS),
+        System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin,
+               absent="not trained (bash bench/books_pair.sh afp)"),
+        System("lattice-mixture-acausal", "exact lattice, mixture + acausal window", "lattice", MODELS,
+               feature=WINDOW, absent="not available (no LibriSpeech-domain window model: bash bench/acausal_train.sh books)"),
+    ]
+
+
+def _row_key(system: str, tuned_on: str, applied_to: str) -> str:
+    return f"{system}: tuned on {tuned_on}, applied to {applied_to}"
+
+
+# ------------------------------------------------------------------------------------- models
+def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
+    """A loadable model directory for ``path``: itself when it is one (a checkpoint, a mixture, an
+    n-gram directory), a float32 copy in ``cache`` of kept bf16 weights (``model.bf16.safetensors``
+    and ``config.json``, :func:`bench.carry.cast`), or None when there is no model."""
+    from bench.carry import cast
+
+    if not path.exists():
+        return None
+    if any((path / name).is_file() for name in ("model.safetensors", "mixture.json", "ngram.json")):
+        return path
+    kept, config = path / "model.bf16.safetensors", path / "config.json"
+    if not (kept.is_file() and config.is_file()):
+        return None
+    target = cache / f"{path.parent.name}-{path.name}"
+    weights = target / "model.safetensors"
+    if not weights.is_file() or weights.stat().st_mtime < kept.stat().st_mtime:
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(config, target / "config.json")
+        cast(kept, target / "model.safetensors.tmp", torch.float32)
+        (target / "model.safetensors.tmp").replace(weights)
+    return target
+
+
+def unavailable(system: System, cache: Path = CACHE) -> str | None:
+    """Why ``system`` cannot run (its ``absent`` text), or None."""
+    for path in (system.model, system.feature):
+        if path is not None and model_dir(path, cache) is None:
+            return f"{system.absent}: {path} is not there"
+    return None
+
+
+Scorer = Callable[[Any, Any], Any]  # (lattice, options) -> ScoredLattice
+
+
+@dataclass
+class Loaded:
+    """A system ready to run: its untuned options, how it scores an input, its features."""
+
+    base: Any
+    score: Scorer
+    features: dict[str, Any]
+    unk_default: float
+    seconds: float
+
+
+def load_system(system: System, cache: Path = CACHE) -> Loaded:
+    """Load the model(s) of ``system`` on the CPU (timed) and build its scoring function."""
+    from afp.options import build_options
+    from bench.baselines import first_pass_nbest, kaldi_style_scored, nbest_lattice, nbest_scored
+    from lattices.rescore import score_for_options
+
+    tick = time.perf_counter()
+    directory = model_dir(system.model, cache) if system.model is not None else None
+    assert directory is not None, f"{system.name}: no model at {system.model}"
+    features: dict[str, Any] = {}
+    if system.kind in ("nbest-rnn", "kaldi"):
+        from lm.checkpoint import load_checkpoint
+
+        rnn = load_checkpoint(directory)
+        unk = rnn.default_unk_penalty
+    else:
+        from afp import load_model
+
+        model = load_model(directory, device="cpu")
+        unk = model.loaded.default_unk_penalty
+        if system.feature is not None:
+            from afp.features import load_features
+
+            features = load_features({"acausal": model_dir(system.feature, cache)}, "cpu")
+    base = build_options({}, unk_default=unk)
+
+    def nbest_of(lattice: Any) -> Any:  # the n best under the lattice's own first pass (header scales)
+        return first_pass_nbest(lattice, system.n, *base.scales_for(lattice), base.skip_words)
+
+    if system.kind == "lattice":
+        def score(lattice: Any, options: Any) -> Any:
+            return score_for_options(lattice, model.scorer, options, features=features)
+    elif system.kind == "nbest":
+        def score(lattice: Any, options: Any) -> Any:
+            return score_for_options(nbest_lattice(nbest_of(lattice), lattice), model.scorer, options)
+    elif system.kind == "nbest-rnn":
+        def score(lattice: Any, options: Any) -> Any:
+            return nbest_scored(nbest_of(lattice), lattice, rnn, options)
+    elif system.kind == "kaldi":
+        def score(lattice: Any, options: Any) -> Any:
+            return kaldi_style_scored(lattice, rnn, KALDI_HISTORY, options)
+    else:
+        raise ValueError(f"{system.name}: unknown kind {system.kind!r}")
+    return Loaded(base, score, features, unk, time.perf_counter() - tick)
+
+
+# ------------------------------------------------------------------------------------- one row
+def _errors(data: dict[str, Any], hyps: Sequence[Sequence[str]]) -> list[int]:
+    from afp.wer import word_errors
+
+    refs = [data["refs"][u["key"]] for u in data["utterances"]]
+    return [word_errors(r, list(h), data["ignore_case"]).errors for r, h in zip(refs, hyps)]
+
+
+def _applied(data: dict[str, Any], words: list[list[str]], seconds: list[float] | None) -> dict[str, Any]:
+    keys = [u["key"] for u in data["utterances"]]
+    ref_words = [len(data["refs"][k]) for k in keys]
+    errors = _errors(data, words)
+    out: dict[str, Any] = {"utterances": len(keys), "ref_words": sum(ref_words), "errors": sum(errors),
+                           "wer": 100.0 * sum(errors) / sum(ref_words)}
+    if seconds is not None:
+        out.update({"rescore_seconds": sum(seconds), "rescore_seconds_per_utterance": sum(seconds) / len(keys)})
+    out["per_utterance"] = [{"key": k, "words": " ".join(w), "errors": e, "ref_words": n,
+                             **({"seconds": round(s, 4)} if seconds is not None else {})}
+                            for k, w, e, n, s in zip(keys, words, errors, ref_words, seconds or [None] * len(keys))]
+    return out
+
+
+def _tuned_point(report: dict[str, Any]) -> tuple[dict[str, float], str]:
+    """The point ``afp tune --save`` writes, or (when it would write nothing) the tuned point."""
+    chosen = report["chosen"]
+    if chosen["point"] is not None:
+        return chosen["point"], chosen["reason"]
+    best = {k: v for k, v in report["best"].items() if k not in ("wer", "errors", "against_first_pass")}
+    return best, f"the tuned point, applied although afp tune would save nothing ({chosen['reason']})"
+
+
+def run_row(system: System, loaded: Loaded, tune: dict[str, Any], test: dict[str, Any], lattices: dict[str, list[Any]],
+            restarts: int, folds: int, seed: int = 0) -> dict[str, Any]:
+    """Tune ``system`` on ``tune``, apply it to ``test``: the row of the table."""
+    from afp.options import build_options
+    from afp.tune import Tuner, joint_tune
+    from afp.weights import TunedWeights
+    from lattices.rescore import rescore_scored
+
+    row: dict[str, Any] = {"system": system.name, "label": system.label, "tuned_on": tune["name"],
+                           "applied_to": test["name"]}
+    if system.kind == "decoder":
+        words = [test["hyps"].get(u["key"], []) for u in test["utterances"]]
+        return {**row, **_applied(test, words, None)}
+    tick = time.perf_counter()
+    tuner = Tuner(None, loaded.base, tune["refs"], features=loaded.features)
+    for lattice in lattices[tune["name"]]:
+        tuner.add_scored(loaded.score(lattice, loaded.base))
+    report = joint_tune(tuner, restarts=restarts, folds=folds, seed=seed, baseline=tune["hyps"])
+    tune_seconds = time.perf_counter() - tick
+    point, reason = _tuned_point(report)
+    weights = TunedWeights.from_options(loaded.base.at_point(point))
+    options = build_options({}, weights=weights, unk_default=loaded.unk_default)
+    words, seconds, expanded = [], [], 0
+    for lattice in lattices[test["name"]]:
+        tick = time.perf_counter()
+        result = rescore_scored(loaded.score(lattice, options), options, tick)[0]
+        seconds.append(time.perf_counter() - tick)
+        words.append(result.best.words)
+        expanded += int(result.stats.get("expanded_arcs", 0))
+    applied = _applied(test, words, seconds)
+    summary = {k: report[k] for k in ("first_pass_wer", "start", "best", "cross_validated", "baseline", "chosen",
+                                      "at_edge", "line_searches") if k in report}
+    return {**row, **{k: v for k, v in applied.items() if k != "per_utterance"},
+            "tune_seconds": tune_seconds, "tune_utterances": len(tuner.utterances),
+            "model_load_seconds": loaded.seconds, "expanded_arcs_per_utterance": expanded / len(words),
+            "point": point, "point_is": reason, "tune": summary, "per_utterance": applied["per_utterance"]}
+
+
+def compare_rows(table: dict[str, Any], seed: int = 0) -> None:
+    """Fill each row's ``against``: the decoder's 1-best and :data:`REFERENCE` of the same
+    direction, by the matched-pairs test and bootstrap (B against the row named)."""
+    from afp.significance import compare
+
+    rows = table["rows"]
+    for row in rows.values():
+        row["against"] = {}
+        for other in (DECODER, REFERENCE):
+            base = rows.get(_row_key(other, row["tuned_on"], row["applied_to"]))
+            if base is None or other == row["system"]:
+                continue
+            a, b = base["per_utterance"], row["per_utterance"]
+            if [u["key"] for u in a] != [u["key"] for u in b]:
+                continue
+            row["against"][other] = compare([u["errors"] for u in a], [u["errors"] for u in b],
+                                            [u["ref_words"] for u in b], seed=seed).to_json()
+
+
+# ------------------------------------------------------------------------------------- the table
+def _read_sets(sets_dir: Path, limit: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    from afp.wer import case_differs
+    from bench.pocketsphinx_rescore import load_set
+
+    sets, info = {}, {}
+    for name in SETS:
+        data = load_set(name, limit, sets_dir)
+        keys = [u["key"] for u in data["utterances"]]
+        missing = [k for k in keys if k not in data["refs"]]
+        if missing:
+            raise SystemExit(f"{sets_dir / name}: no reference for {len(missing)} utterance(s), e.g. {missing[0]}")
+        data["ignore_case"] = case_differs([data["refs"][k] for k in keys], [data["hyps"].get(k, []) for k in keys])
+        sets[name] = data
+        info[name] = {"dir": str(sets_dir / name), "utterances": len(keys),
+                      "ref_words": sum(len(data["refs"][k]) for k in keys),
+                      "audio_seconds": sum(u.get("audio_seconds", 0.0) for u in data["utterances"]),
+                      "synthetic": data["synthetic"]}
+    return sets, info
+
+
+class _Lattices(dict):
+    """The sets' lattices, read on first use (a resumed table with nothing left to do reads none)."""
+
+    def __init__(self, sets: dict[str, Any], info: dict[str, Any]) -> None:
+        super().__init__()
+        self.sets, self.info = sets, info
+
+    def __missing__(self, name: str) -> list[Any]:
+        from lattices.formats import read_lattice_file
+
+        tick = time.perf_counter()
+        paths = self.sets[name]["paths"]
+        lattices = [read_lattice_file(path)[0] for path in paths]
+        keys = [u["key"] for u in self.sets[name]["utterances"]]
+        assert [lattice.key for lattice in lattices] == keys, (name, [lattice.key for lattice in lattices][:3], keys[:3])
+        self.info[name]["read_seconds_per_utterance"] = (time.perf_counter() - tick) / max(len(paths), 1)
+        self[name] = lattices
+        return lattices
+
+
+def _fresh(command: str, limit: int | None, info: dict[str, Any], restarts: int, folds: int) -> dict[str, Any]:
+    return {"command": command, "audio": AUDIO, "limit": limit, "sets": info, "environment": environment(),
+            "tuning": {"search": "afp.tune.joint_tune", "restarts": restarts, "folds": folds,
+                       "baseline": "the decoder's hyp.trn"},
+            "reference": REFERENCE, "kaldi_history": KALDI_HISTORY, "systems": {}, "unavailable": {}, "rows": {}}
+
+
+def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR, limit: int | None = 200,
+                redo: bool = False, restarts: int = 1, folds: int = 1, command: str = "",
+                cache: Path = CACHE, plot_path: Path | None = None) -> dict[str, Any]:
+    """Compute every missing (system, direction) row, writing ``out`` after each; returns the table."""
+    torch.set_num_threads(1)
+    sets, info = _read_sets(sets_dir, limit)
+    lattices = _Lattices(sets, info)
+    table = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
+    if table is not None and (table.get("limit") != limit or list(table.get("sets", {})) != list(SETS)) and not redo:
+        raise SystemExit(f"{out} holds a table of --limit {table.get('limit')}: give --redo to start afresh, or "
+                         "another --out")
+    if table is None or (redo and table.get("limit") != limit):
+        table = _fresh(command, limit, info, restarts, folds)
+    for name, known in table.get("sets", {}).items():  # keep the reading time of an earlier run
+        if "read_seconds_per_utterance" in known and name in info:
+            info[name].setdefault("read_seconds_per_utterance", known["read_seconds_per_utterance"])
+    table.update({"command": command, "sets": info, "audio": AUDIO})
+    directions = [(SETS[0], SETS[1]), (SETS[1], SETS[0])]
+    for system in systems:
+        table["systems"][system.name] = {"label": system.label, "kind": system.kind, "how": system.how,
+                                         "model": str(system.model) if system.model else None, "n": system.n,
+                                         "feature": str(system.feature) if system.feature else None}
+        reason = unavailable(system, cache)
+        if reason is not None:
+            table["unavailable"][system.name] = reason
+            print(f"{system.name}: {reason}", flush=True)
+            continue
+        table["unavailable"].pop(system.name, None)
+        todo = [d for d in directions if redo or _row_key(system.name, *d) not in table["rows"]]
+        if not todo:
+            print(f"{system.name}: done already", flush=True)
+            continue
+        loaded = load_system(system, cache) if system.kind != "decoder" else None
+        for tune_name, test_name in todo:
+            row = run_row(system, loaded, sets[tune_name], sets[test_name], lattices, restarts, folds)  # type: ignore[arg-type]
+            table["rows"][_row_key(system.name, tune_name, test_name)] = row
+            compare_rows(table)
+            write_json(out, table)
+            print(f"{system.name}: tuned on {tune_name}, applied to {test_name}: WER {row['wer']:.2f}"
+                  + (f", {row['rescore_seconds_per_utterance']:.3f} s/utt, tuning {row['tune_seconds']:.0f} s"
+                     if "rescore_seconds" in row else ""), flush=True)
+    compare_rows(table)
+    write_json(out, table)
+    plot(table, plot_path or out.with_suffix(".png"))
+    return table
+
+
+def plot(table: dict[str, Any], path: Path) -> None:
+    """WER of each system in both directions, and its rescoring seconds per utterance."""
+    rows = table["rows"]
+    names = [n for n in table["systems"] if any(r["system"] == n for r in rows.values())]
+    if not names:
+        return
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    directions = sorted({(r["tuned_on"], r["applied_to"]) for r in rows.values()}, key=lambda d: d[1])
+    width = 0.8 / max(len(directions), 1)
+    labels = [table["systems"][n]["label"] for n in names]
+    for i, (tuned, applied) in enumerate(directions):
+        found = [rows.get(_row_key(n, tuned, applied)) for n in names]
+        xs = [j + (i - (len(directions) - 1) / 2) * width for j in range(len(names))]
+        left.bar(xs, [r["wer"] if r else 0.0 for r in found], width, label=f"applied to {applied}")
+        seconds = [r.get("rescore_seconds_per_utterance") if r else None for r in found]
+        right.bar([x for x, s in zip(xs, seconds) if s], [s for s in seconds if s], width, label=f"on {applied}")
+    left.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
+    left.set_ylabel("WER (%)")
+    left.set_title(f"PocketSphinx lattices (synthetic audio), {table['limit']} utterances per set")
+    left.legend(fontsize=7)
+    right.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
+    right.set_yscale("log")
+    right.set_ylabel("rescoring seconds per utterance (1 CPU thread)")
+    right.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    systems = default_systems()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=200, help="the first N utterances of each set (default 200)")
+    parser.add_argument("--systems", nargs="+", choices=[s.name for s in systems], help="these systems only")
+    parser.add_argument("--redo", action="store_true", help="compute the rows again (and start afresh at another limit)")
+    parser.add_argument("--restarts", type=int, default=1, help="the joint search's random restarts (default 1)")
+    parser.add_argument("--folds", type=int, default=1, help="its cross-validation folds (default 1: none)")
+    parser.add_argument("--sets-dir", type=Path, default=SETS_DIR)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if args.systems:
+        systems = [s for s in systems if s.name in args.systems]
+    command = "python -m bench.pocketsphinx_wer_table " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    build_table(systems, args.out, args.sets_dir, args.limit, args.redo, args.restarts, args.folds, command.strip())
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""bench.pocketsphinx_wer_table end to end on the five real PocketSphinx fixture lattices, split 3/2
+into two tiny "dev sets", with tiny models (tests.factories): the decoder's WER recomputed here,
+every hypothesis a path of its lattice or an entry of its n-best list, resuming, the report."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from afp.wer import read_hypotheses
+from bench import pocketsphinx_wer_table as table_mod
+from bench.baselines import first_pass_nbest, kaldi_style_scored, nbest_lattice, nbest_scored, sentence_logprobs
+from bench.report import render
+from lattices.formats import read_lattice_file
+from lattices.oracle import oracle_errors
+from lattices.rescore import RescoreOptions
+from lm.checkpoint import load_checkpoint
+from lm.vocab import Vocabulary
+from tests.factories import levenshtein, saved_model
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KEYS = [f"sense_and_sensibility_01_austen_64kb-{n}" for n in ("0870", "0880", "0890", "0920", "0930")]
+SPLIT = {"dev_clean": KEYS[:3], "dev_other": KEYS[3:]}
+
+
+def _references() -> dict[str, list[str]]:
+    refs = {}
+    for line in (FIXTURES / "librivox" / "transcription").read_text(encoding="utf-8").splitlines():
+        text, _, key = line.rpartition("(")
+        refs[key.rstrip(")").strip()] = [w.upper() for w in text.split() if w not in ("<s>", "</s>")]
+    return refs
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The two sets in load_set's layout and the tiny models (upper-case vocabulary, as the
+    bundled models: the lower-case lattices are looked up in another case)."""
+    root = tmp_path_factory.mktemp("wer_table")
+    refs = _references()
+    hyp_lines = {line.rpartition("(")[2].rstrip(")"): line
+                 for line in (FIXTURES / "pocketsphinx" / "hyp.trn").read_text(encoding="utf-8").splitlines()}
+    for name, keys in SPLIT.items():
+        out = root / "sets" / name
+        (out / "lattices").mkdir(parents=True)
+        for key in keys:
+            (out / "lattices" / f"{key}.slf").write_bytes(
+                gzip.decompress((FIXTURES / "pocketsphinx" / f"{key}.slf.gz").read_bytes()))
+        (out / "ref.trn").write_text("".join(f"{' '.join(refs[k])} ({k})\n" for k in keys), encoding="utf-8")
+        (out / "hyp.trn").write_text("".join(hyp_lines[k] + "\n" for k in keys), encoding="utf-8")
+        (out / "set.json").write_text(json.dumps({"synthetic": False, "utterances": [
+            {"key": k, "audio_seconds": 5.0, "decode_seconds": 1.0} for k in keys]}), encoding="utf-8")
+    lattice_words = set()
+    for name, keys in SPLIT.items():
+        for k in keys:
+            lattice_words.update(read_lattice_file(root / "sets" / name / "lattices" / f"{k}.slf")[0].symbols[1:])
+    vocab = Vocabulary.from_sentences([sorted(w.upper() for w in lattice_words)[::2]])  # half the words are OOV
+    afp = saved_model(root / "afp", vocab, rho=2, cell="gru")
+    gru = saved_model(root / "gru", vocab, mode="exact", rho=None, cell="gru", seed=1)
+    return {"root": root, "refs": refs, "afp": afp, "gru": gru}
+
+
+def _systems(world) -> list[table_mod.System]:
+    return [table_mod.System("decoder", "decoder 1-best", "decoder"),
+            table_mod.System("nbest50-afp", "5-best, AFP", "nbest", world["afp"], 5),
+            table_mod.System("kaldi-gru", "Kaldi-style, GRU", "kaldi", world["gru"]),
+            table_mod.System("lattice-gru-rho4", "AFP twin", "lattice", world["root"] / "no-such-model",
+                             absent="not trained")]
+
+
+def _build(world, out: Path, **kwargs):
+    return table_mod.build_table(_systems(world), out, world["root"] / "sets", limit=None, restarts=0, folds=1,
+                                 command="test", cache=world["root"] / "cache", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def built(world):
+    out = world["root"] / "results" / "pocketsphinx_wer_table.json"
+    return out, _build(world, out)
+
+
+def test_decoder_wer_is_hyp_trn_against_the_references(world, built):
+    _, table = built
+    for name, keys in SPLIT.items():
+        other = next(n for n in SPLIT if n != name)
+        row = table["rows"][f"decoder: tuned on {other}, applied to {name}"]
+        hyps = read_hypotheses(world["root"] / "sets" / name / "hyp.trn")
+        errors = sum(levenshtein(world["refs"][k], [w.upper() for w in hyps[k]]) for k in keys)
+        words = sum(len(world["refs"][k]) for k in keys)
+        assert row["errors"] == errors and row["ref_words"] == words
+        assert row["wer"] == pytest.approx(100.0 * errors / words)
+        assert "rescore_seconds" not in row  # the decoder's own output: nothing to time
+
+
+def test_every_hypothesis_is_a_path_of_its_lattice_or_an_nbest_entry(world, built):
+    _, table = built
+    scales = RescoreOptions()
+    for key_row, row in table["rows"].items():
+        if row["system"] == "decoder":
+            continue
+        assert row["rescore_seconds_per_utterance"] > 0 and row["tune_seconds"] > 0
+        assert row["point"]["lm_weight"] >= 0
+        for utt in row["per_utterance"]:
+            (lattice,) = read_lattice_file(world["root"] / "sets" / row["applied_to"] / "lattices" / f"{utt['key']}.slf")
+            words = utt["words"].split()
+            if row["system"] == "nbest50-afp":
+                listed = first_pass_nbest(lattice, 5, *scales.scales_for(lattice))
+                assert tuple(words) in [h.words for h in listed.hypotheses], (key_row, utt["key"])
+            else:  # some path of the lattice spells it exactly
+                assert oracle_errors(lattice, words)[0] == 0, (key_row, utt["key"])
+            assert utt["errors"] == levenshtein(world["refs"][utt["key"]], [w.upper() for w in words])
+
+
+def test_resuming_skips_finished_rows_and_absent_models_are_reported(world, built, monkeypatch):
+    out, table = built
+    assert set(table["unavailable"]) == {"lattice-gru-rho4"}
+    assert table["unavailable"]["lattice-gru-rho4"].startswith("not trained")
+    assert len(table["rows"]) == 6
+    nbest_row = table["rows"]["kaldi-gru: tuned on dev_clean, applied to dev_other"]
+    assert set(nbest_row["against"]) == {"decoder", "nbest50-afp"}
+    assert nbest_row["against"]["decoder"]["wer_a"] == pytest.approx(
+        table["rows"]["decoder: tuned on dev_clean, applied to dev_other"]["wer"])
+
+    calls = []
+    monkeypatch.setattr(table_mod, "run_row", lambda *a, **k: calls.append(a) or pytest.fail("recomputed a row"))
+    again = _build(world, out)
+    assert calls == [] and again["rows"].keys() == table["rows"].keys()
+    with pytest.raises(SystemExit, match="--redo"):  # another limit is never mixed in
+        table_mod.build_table(_systems(world), out, world["root"] / "sets", limit=2, command="test",
+                              cache=world["root"] / "cache")
+
+
+def test_report_section_renders_the_table(world, built, tmp_path):
+    out, table = built
+    (tmp_path / out.name).write_text(out.read_text(encoding="utf-8"), encoding="utf-8")
+    text = render(tmp_path)
+    assert "## Does exact lattice rescoring pay?" in text
+    assert "synthetic" in text.split("## Does exact lattice rescoring pay?")[1]
+    row = table["rows"]["kaldi-gru: tuned on dev_other, applied to dev_clean"]
+    assert f"| Kaldi-style, GRU | dev_clean | {row['wer']:.2f} |" in text
+    assert "lattice-gru-rho4 (AFP twin): not trained" in text
+
+
+def test_kaldi_style_is_exact_on_a_tree_and_nbest_scores_are_the_sentences(world):
+    """On an n-best lattice every state has one history, so the Kaldi-style approximation is the
+    RNN's sentence score; and nbest_scored puts exactly those sentence scores in new_lm."""
+    from afp.tune import hypothesis_table
+
+    rnn = load_checkpoint(world["gru"])
+    (lattice,) = read_lattice_file(world["root"] / "sets" / "dev_other" / "lattices" / f"{KEYS[3]}.slf")
+    options = RescoreOptions()
+    nbest = first_pass_nbest(lattice, 8, *options.scales_for(lattice))
+    assert len(nbest.hypotheses) == 8 and len({h.words for h in nbest.hypotheses}) == 8
+    words, parts = hypothesis_table(nbest_scored(nbest, lattice, rnn, options))
+    kaldi_words, kaldi_parts = hypothesis_table(kaldi_style_scored(nbest_lattice(nbest, lattice), rnn, 4, options))
+    assert words == kaldi_words == [list(h.words) for h in nbest.hypotheses]
+    column = 2  # acoustic, old_lm, new_lm, unk, words
+    assert torch.allclose(parts[:, column], kaldi_parts[:, column], atol=1e-4)
+    true = sentence_logprobs(rnn, words)
+    assert torch.allclose(parts[:, column], torch.tensor(true, dtype=torch.float64), atol=1e-6)
+    assert parts[:, 0].tolist() == pytest.approx([h.scores["acoustic"] for h in nbest.hypotheses])
