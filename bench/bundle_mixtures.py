@@ -4,6 +4,7 @@ parts ``afp/`` and ``ngram/``) that ``--model`` loads like any model.
 
   python -m bench.bundle_mixtures conversational [--prune 1e-7]
   python -m bench.bundle_mixtures librispeech [--afp runs/books-large/gru-h256-rho4/resume] [--prune 1e-7]
+  python -m bench.bundle_mixtures librispeech --afp bench/results/books-large/best --reuse-ngram
 
 * ``conversational``: the AFP part is the trained ``models/conversational`` model (moved to
   ``models/conversational/afp/`` the first time); the 4-gram is built on its training text
@@ -101,16 +102,20 @@ def books_large_part(target: Path, run: Path) -> Path:
         for name in ("config.json", "model.safetensors", "metrics.jsonl", "TRAINING.md"):
             (target / name).unlink(missing_ok=True)
     part.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
-               for k, v in load_file(str(run / "model.safetensors")).items()}
+    weights = run / "model.safetensors"
+    if not weights.is_file():  # a kept bf16 copy (bench/results/books-large/best)
+        weights = run / "model.bf16.safetensors"
+    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
     save_file(tensors, str(part / "model.safetensors"), metadata={"format": "afp-rescore/1"})
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     state = json.loads((run / "state.json").read_text(encoding="utf-8")) if (run / "state.json").is_file() else {}
+    if not state and "steps" in config.get("training", {}):  # a checkpoint's config records its step and epochs
+        state = {"step": config["training"]["steps"], "epoch": config["training"]["epochs"] - 1}
     (part / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    trained = afp_ppl(run, SHARED_DATA / "books" / "valid.txt")
     stored = afp_ppl(part, SHARED_DATA / "books" / "valid.txt")
-    metrics = [json.loads(x) for x in (run.parent / "metrics.jsonl").read_text().splitlines() if x.strip()] \
-        if (run.parent / "metrics.jsonl").is_file() else []
+    trained = stored if weights.name == "model.bf16.safetensors" else afp_ppl(run, SHARED_DATA / "books" / "valid.txt")
+    record = next((f for f in (run.parent / "metrics.jsonl", run / "metrics.jsonl") if f.is_file()), None)
+    metrics = [json.loads(x) for x in record.read_text().splitlines() if x.strip()] if record else []
     metrics = [m for m in metrics if "valid_ppl" in m] + [{"epoch": state.get("epoch"), "step": state.get("step"),
                                                            "valid_ppl": trained["ppl"], "note": "the shipped weights"}]
     (part / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics), encoding="utf-8")
@@ -131,8 +136,11 @@ def books_large_part(target: Path, run: Path) -> Path:
         f"- Data licence: {PRESETS['librispeech']['licence']}.",
         f"- Training: `bash bench/books_large.sh` (resumable across sessions, one CPU thread, bfloat16 autocast); "
         f"these weights are step {state.get('step', '?'):,} (epoch {int(state.get('epoch', 0)) + 1} of 3).",
-        f"- Weights stored as bfloat16 (loaded as float32): validation perplexity {trained['ppl']:.2f} with the "
-        f"trained weights, {stored['ppl']:.2f} as stored (relative change {change:.1e}).",
+        (f"- Weights stored as bfloat16 (loaded as float32): validation perplexity {trained['ppl']:.2f} with the "
+         f"trained weights, {stored['ppl']:.2f} as stored (relative change {change:.1e})."
+         if weights.name == "model.safetensors" else
+         f"- Weights stored as bfloat16 (loaded as float32), as kept since training in `{run.name}/` "
+         f"(bench.carry's cast): validation perplexity {stored['ppl']:.2f} as stored."),
         f"- Best validation perplexity {stored['ppl']:.2f} (this checkpoint, as stored; {stored['tokens']} tokens, "
         f"{stored['oov']} OOV words).",
         "- Command: `bash bench/books_large.sh`, then `python -m bench.bundle_mixtures librispeech`.", ""]),
@@ -153,8 +161,6 @@ def main(argv: list[str] | None = None) -> None:
     prune = spec["prune"] if args.prune is None else args.prune
     target = MODELS / args.preset
     part = conversational_part(target) if args.preset == "conversational" else books_large_part(target, args.afp)
-    if args.preset == "librispeech" and not (REPO_ROOT / "runs" / "books-large" / "data" / "meta.json").is_file():
-        subprocess.run(["bash", "bench/books_large.sh", "--prepare-only"], cwd=REPO_ROOT, check=True)
     ngram = target / "ngram"
     previous = json.loads((target / "mixture.json").read_text()).get("estimated", {}).get("ngram", {}) \
         if (target / "mixture.json").is_file() else {}
@@ -162,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         built = previous  # the 4-gram depends on the text and vocabulary only, not on the AFP part
         print(f"reusing {ngram} (pruned at {prune:g})", flush=True)
     else:
+        if args.preset == "librispeech" and not (REPO_ROOT / "runs" / "books-large" / "data" / "meta.json").is_file():
+            subprocess.run(["bash", "bench/books_large.sh", "--prepare-only"], cwd=REPO_ROOT, check=True)
         shutil.rmtree(ngram, ignore_errors=True)
         vocabulary = ["--words-txt", str(words_txt(part))] if spec["ngram_input"][0] == "--text" else []  # --data: its own
         built = json.loads(afp("ngram", *spec["ngram_input"], *vocabulary, "--order", "4", "--prune", f"{prune:g}",
