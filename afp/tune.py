@@ -479,6 +479,20 @@ def point_stats(tuner: Tuner | _Subset, point: dict[str, float]) -> list[WerStat
     return out
 
 
+def best_path_words(scored: ScoredLattice, options: RescoreOptions) -> list[str]:
+    """The words of the best path of ``scored`` under ``options`` (one LM weight, Viterbi): the
+    decision of :func:`~lattices.rescore.rescore_scored` (the same weight vector) without building
+    its result (first pass, hypothesis, n-best search), about ten times faster on PocketSphinx
+    lattices; the line searches evaluate it at every candidate. Only among paths of exactly equal
+    scores may the two pick different words."""
+    lattice, expansion = scored.lattice, scored.expansion
+    (lm_weight,) = options.lm_weights_for(scored)
+    _, arcs = scored.dag(scored.vector(options.weights(lm_weight, scored))).best_path()
+    arcs = arcs.to(expansion.arc_orig.device)
+    words = lattice.words[expansion.arc_orig[arcs]][expansion.arc_lm_word[arcs] != PAD]
+    return [lattice.symbols[w] for w in words.tolist()]
+
+
 def utterance_errors(tuner: Tuner | _Subset, point: dict[str, float]) -> list[int]:
     """Word errors of every utterance at a point (:func:`point_stats`)."""
     return [stats.errors for stats in point_stats(tuner, point)]
@@ -494,9 +508,8 @@ def mert_problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
     others = [u for u in utterances if u.hyp_parts is None]
 
     def evaluate(points: list[dict[str, float]]) -> numpy.ndarray:
-        return numpy.array([sum(word_errors(u.ref, rescore_scored(u.scored, tuner.options.at_point(p))[0].best.words,
-                                                bool(tuner.ignore_case))
-                                .errors for u in others) for p in points])
+        return numpy.array([sum(word_errors(u.ref, best_path_words(u.scored, tuner.options.at_point(p)),
+                                            bool(tuner.ignore_case)).errors for u in others) for p in points])
 
     return mert.Problem(mert.tables_from(tables, lambda u: u.error_counts), names,
                         tuner.options.named_weights(names), evaluate if others else None)

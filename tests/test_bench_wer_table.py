@@ -162,3 +162,27 @@ def test_kaldi_style_is_exact_on_a_tree_and_nbest_scores_are_the_sentences(world
     true = sentence_logprobs(rnn, words)
     assert torch.allclose(parts[:, column], torch.tensor(true, dtype=torch.float64), atol=1e-6)
     assert parts[:, 0].tolist() == pytest.approx([h.scores["acoustic"] for h in nbest.hypotheses])
+
+
+def test_the_line_searches_best_path_is_afp_rescores_decision(world):
+    """afp.tune.best_path_words (what the joint search evaluates on lattices) decides as
+    rescore_scored (what afp rescore returns) at every point tried."""
+    from afp import load_model
+    from afp.options import build_options
+    from afp.tune import best_path_words
+    from lattices.rescore import rescore_scored, score_for_options
+
+    model = load_model(world["afp"], device="cpu")
+    base = build_options({}, unk_default=model.loaded.default_unk_penalty)
+    for name, key in (("dev_clean", KEYS[1]), ("dev_other", KEYS[3])):
+        (lattice,) = read_lattice_file(world["root"] / "sets" / name / "lattices" / f"{key}.slf")
+        scored = score_for_options(lattice, model.scorer, base)
+        seen = set()
+        for point in ({"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0},
+                      {"lm_weight": 1.0, "old_lm_weight": 0.0, "word_penalty": 2.0, "unk_penalty": -5.0},
+                      {"lm_weight": 3.0, "old_lm_weight": 0.5, "word_penalty": -4.0, "unk_penalty": -20.0}):
+            options = base.at_point(point)
+            words = best_path_words(scored, options)
+            assert words == rescore_scored(scored, options)[0].best.words
+            seen.add(tuple(words))
+        assert len(seen) > 1  # the points make different decisions: the comparison could fail
