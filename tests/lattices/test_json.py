@@ -157,13 +157,95 @@ _JSON = st.recursive(
     max_leaves=30)
 
 
+def expected_spelling(obj: dict) -> tuple:
+    """What :func:`spelled` must give for a valid JSON object, read off the object itself (the
+    module docstring's rules: null and "<eps>" are epsilon, num_states defaults to the largest
+    state + 1, meta to {})."""
+    arcs = [(s, d, "<eps>" if w is None else w, float(a), float(g)) for s, d, w, a, g in obj["arcs"]]
+    states = [s for s, d, *_ in obj["arcs"]] + [d for s, d, *_ in obj["arcs"]] + [f[0] for f in obj["finals"]]
+    num_states = obj.get("num_states", max([obj["start"], *states]) + 1)
+    finals = sorted((f[0], float(f[1]), float(f[2])) for f in obj["finals"])  # kept in state order
+    return obj["key"], num_states, obj["start"], arcs, finals, obj.get("meta", {})
+
+
+_SCORE = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6, allow_nan=False))
+
+
+@st.composite
+def valid_objects(draw) -> dict:
+    """A valid JSON lattice: a chain 0 -> 1 -> ... -> n-1 (so every state is on a path to the last,
+    final, state) plus forward arcs; some other states final too."""
+    n = draw(st.integers(2, 7))
+    pairs = [(i, i + 1) for i in range(n - 1)] + draw(st.lists(
+        st.tuples(st.integers(0, n - 2), st.integers(1, n - 1)).filter(lambda p: p[0] < p[1]), max_size=6))
+    pairs = draw(st.permutations(pairs))
+    words = st.sampled_from([None, "<eps>", "a", "b", "hello", "é", "<unk>", "!SIL"])
+    arcs = [[s, d, draw(words), draw(_SCORE), draw(_SCORE)] for s, d in pairs]
+    finals = [[state, draw(_SCORE), draw(_SCORE)] for state in draw(st.permutations(
+        [n - 1, *draw(st.lists(st.integers(0, n - 2), unique=True, max_size=2))]))]
+    obj = {"key": draw(st.sampled_from(["utt1", "a b", "é"])), "start": 0, "arcs": arcs, "finals": finals}
+    if draw(st.booleans()):
+        obj["num_states"] = n
+    if draw(st.booleans()):
+        obj["meta"] = draw(st.dictionaries(st.sampled_from(["lmscale", "x"]), st.integers(0, 20), max_size=2))
+    return obj
+
+
+@st.composite
+def broken_objects(draw) -> tuple[dict, str]:
+    """(a valid object with one value broken, the JSON path of that value)."""
+    obj = draw(valid_objects())
+    kind = draw(st.sampled_from(["state", "word", "score", "final", "final state", "name", "key", "start"]))
+    row = draw(st.integers(0, 10**6))
+    if kind in ("state", "word", "score"):
+        r = row % len(obj["arcs"])
+        column, value = {"state": (row % 2, draw(st.sampled_from(["0", -1, 1.5, True, None]))),
+                         "word": (2, draw(st.sampled_from([5, "", ["a"], True]))),
+                         "score": (3 + row % 2, draw(st.sampled_from(["x", None, True, [1.0]])))}[kind]
+        obj["arcs"][r][column] = value
+        return obj, f"arcs[{r}][{column}]"
+    if kind in ("final", "final state"):
+        r = row % len(obj["finals"])
+        column = 0 if kind == "final state" else 1 + row % 2
+        obj["finals"][r][column] = draw(st.sampled_from(["x", None, False]))
+        return obj, f"finals[{r}][{column}]"
+    if kind == "name":
+        obj[draw(st.sampled_from(["final", "Arcs", "weights"]))] = 1
+        return obj, next(name for name in obj if name not in ("key", "start", "arcs", "finals", "num_states", "meta"))
+    obj[kind] = draw(st.sampled_from([None, 1.5, ["utt"]] if kind == "key" else ["0", None, -1, 1.5]))
+    return obj, kind
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_objects())
+def test_fuzz_valid_objects_read_as_written(obj: dict) -> None:
+    lattice = lattice_from_json(json.loads(json.dumps(obj)), source="req")
+    assert spelled(lattice) == expected_spelling(obj)
+    first_seen = list(dict.fromkeys(w for _, _, w, _, _ in obj["arcs"] if w not in (None, "<eps>")))
+    assert lattice.symbols == ("<eps>", *first_seen)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broken_objects())
+def test_fuzz_a_broken_value_is_named_by_its_json_path(case: tuple[dict, str]) -> None:
+    obj, field = case
+    with pytest.raises(LatticeFormatError) as info:
+        lattice_from_json(json.loads(json.dumps(obj)), source="req")
+    assert info.value.field == field and info.value.source == "req", (obj, str(info.value))
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_JSON)
-def test_fuzz_random_structures(obj: object) -> None:
+@given(st.one_of(valid_objects().map(lambda obj: (True, obj)), _JSON.map(lambda obj: (False, obj))))
+def test_fuzz_random_structures(case: tuple[bool, object]) -> None:
+    """Random structures (and valid objects among them): whatever is read is what the object
+    says; whatever is refused names its field (or the whole object is not a lattice object)."""
+    valid, obj = case
     try:
         lattice = lattice_from_json(obj)
-    except LatticeFormatError:
+    except LatticeFormatError as err:
+        assert not valid, (obj, str(err))
         return
+    assert spelled(lattice) == expected_spelling(obj)  # type: ignore[arg-type]
     assert lattice_to_json(through_text(lattice)) == lattice_to_json(lattice)
 
 

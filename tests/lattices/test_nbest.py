@@ -449,15 +449,102 @@ def _check_nbest(nbest: NBestList) -> None:
     assert lattice.validate() is lattice and lattice.finals.numel() == len(nbest.hypotheses)
 
 
+def _assert_reads_as(lattice: Lattice, expected: list[NBestHypothesis]) -> None:
+    """The lattice's paths are exactly the expected hypotheses (words, named scores), by rank; a
+    list without scores has zero ``acoustic`` and ``graph`` scores (the module docstring)."""
+    found = sorted(paths(lattice), key=lambda p: p[2])
+    assert [rank for _, _, rank in found] == list(range(len(expected)))
+    for (words, scores, _), hypothesis in zip(found, expected):
+        assert words == hypothesis.words
+        assert scores == pytest.approx(hypothesis.scores or {"acoustic": 0.0, "graph": 0.0}, rel=1e-6, abs=1e-9)
+
+
+# Valid SRILM lists written by the test, with the hypotheses it expects, computed here from the
+# manual page's definitions (not with the reader's constants): bytelog b -> b * 1024 / 10000.5
+# nats, log10 x -> x * ln(10) nats.
+_SRILM_WORDS = st.lists(st.sampled_from(["A", "B", "C", "<unk>", "x'y"]), max_size=4)
+_BYTELOG = st.integers(-10**6, 10**4)
+
+
+@st.composite
+def srilm_lists(draw) -> tuple[list[str], list[NBestHypothesis]]:
+    """(lines of a valid list, blank lines included; the hypotheses it holds)."""
+    fmt = draw(st.sampled_from(["NBestList1.0", "NBestList2.0", "plain"]))
+    lines, expected = ([] if fmt == "plain" else [fmt]), []
+    for _ in range(draw(st.integers(1, 4))):
+        words = draw(_SRILM_WORDS)
+        if fmt == "NBestList1.0":
+            total = draw(_BYTELOG)
+            lines.append(" ".join([f"({total})", *words]))
+            scores = {"score": total * 1024 / 10000.5}
+        elif fmt == "NBestList2.0":
+            units, lm, acoustic = [], 0, 0
+            for i, word in enumerate(words):
+                g, a = draw(_BYTELOG), draw(_BYTELOG)
+                units.append(f"{word} ( st: {i}.5 et: {i + 1}.25 g: {g} a: {a} )")  # each after the last
+                lm, acoustic = lm + g, acoustic + a
+            lines.append(" ".join([f"({draw(_BYTELOG)})", *units]))
+            scores = {"acoustic": acoustic * 1024 / 10000.5, "lm": lm * 1024 / 10000.5}
+        else:
+            a, g = draw(st.integers(-10**5, 0)) / 100, draw(st.integers(-10**5, 0)) / 100
+            lines.append(" ".join([str(a), str(g), str(len(words)), *words]))
+            scores = {"acoustic": a * math.log(10), "lm": g * math.log(10)}
+        expected.append(NBestHypothesis(tuple(words), scores))
+        lines.extend([""] * draw(st.integers(0, 2)))
+    return lines, expected
+
+
+@st.composite
+def broken_srilm_lists(draw) -> tuple[str, int]:
+    """(a valid list with one hypothesis line broken, the 1-based number of that line)."""
+    lines, _ = draw(srilm_lists())
+    rows = [i for i, line in enumerate(lines) if line and not line.startswith("NBestList")]
+    row = draw(st.sampled_from(rows))
+    fields = lines[row].split()
+    if lines[0].startswith("NBestList"):
+        fields[0] = draw(st.sampled_from(["(x)", "(nan)", "-12", "(1e999)"]))
+    else:
+        index, value = draw(st.sampled_from([(0, "x"), (1, "inf"), (0, "1e999"), (2, "-1"), (2, "2.0"),
+                                             (2, str(len(fields) - 2))]))  # a count one too many
+        fields[index] = value
+    lines[row] = " ".join(fields)
+    return "\n".join(lines), row + 1
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(srilm_lists())
+def test_fuzz_srilm_valid_lists_read_as_written(case: tuple[list[str], list[NBestHypothesis]]) -> None:
+    lines, expected = case
+    text = "\n".join(lines)
+    nbest = read_srilm_nbest(text, source="dir/utt9.nbest")
+    assert nbest.key == "utt9" and [h.words for h in nbest.hypotheses] == [h.words for h in expected]
+    for got, want in zip(nbest.hypotheses, expected):
+        assert got.scores == pytest.approx(want.scores, rel=1e-9, abs=1e-12)
+    (lattice,) = read_lattices(text, "srilm-nbest")
+    _assert_reads_as(lattice, expected)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broken_srilm_lists())
+def test_fuzz_srilm_a_broken_line_is_named(case: tuple[str, int]) -> None:
+    text, line = case
+    with pytest.raises(LatticeFormatError) as info:
+        read_lattices(text, "srilm-nbest", source="l.nbest")
+    assert info.value.line == line and info.value.source == "l.nbest", (text, str(info.value))
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_LINES | st.text(max_size=80))
 def test_fuzz_srilm(text: str) -> None:
+    """Random text: a located error, or lists that agree with their own lattices."""
     try:
         nbest = read_srilm_nbest(text, source="f.nbest")
-    except LatticeFormatError:
+    except LatticeFormatError as err:
+        assert err.source == "f.nbest"
+        assert err.line is not None or not text.strip() or "score names" in err.reason or "no hypotheses" in err.reason
         return
     _check_nbest(nbest)
-    assert read_lattices(text, "srilm-nbest")[0].finals.numel() == len(nbest.hypotheses)
+    _assert_reads_as(read_lattices(text, "srilm-nbest")[0], list(nbest.hypotheses))
 
 
 _JSON = st.recursive(
@@ -467,12 +554,85 @@ _JSON = st.recursive(
     max_leaves=25)
 
 
+@st.composite
+def json_nbest(draw) -> tuple[object, list[list[NBestHypothesis]], str]:
+    """(a valid JSON n-best object, its lists' hypotheses, the field prefix of list i as '{}')."""
+    names = draw(st.lists(st.sampled_from(["decoder", "ctc", "lm", "a b"]), unique=True, max_size=3))
+    with_total = draw(st.booleans())
+    lists, expected = [], []
+    for i in range(draw(st.integers(1, 3))):
+        items, hyps = [], []
+        for _ in range(draw(st.integers(1, 4))):
+            words = tuple(draw(st.lists(st.sampled_from(["A", "B", "C", "é", "<unk>"]), max_size=4)))
+            scores = {name: draw(st.floats(-1e4, 1e4, allow_nan=False)) for name in names}
+            item = {"words": " ".join(words) if draw(st.booleans()) else list(words), "scores": scores}
+            total = draw(st.floats(-1e4, 1e4)) if with_total else None
+            if with_total:
+                item["total"] = total
+            if not scores and draw(st.booleans()):
+                del item["scores"]
+            items.append(item)
+            hyps.append(NBestHypothesis(words, scores, total))
+        lists.append({"key": f"utt{i}", "hypotheses": items})
+        expected.append(hyps)
+    form = draw(st.sampled_from(["object", "list", "nbest"]))
+    if form == "object":
+        return lists[0], expected[:1], "{}"
+    return (lists if form == "list" else {"nbest": lists}), expected, "[{}]." if form == "list" else "nbest[{}]."
+
+
+@st.composite
+def broken_json_nbest(draw) -> tuple[object, str]:
+    """(a valid JSON n-best object with one field broken, the JSON path of that field)."""
+    obj, expected, prefix = draw(json_nbest())
+    lists = [obj] if prefix == "{}" else obj if isinstance(obj, list) else obj["nbest"]
+    i = draw(st.integers(0, len(lists) - 1))
+    j = draw(st.integers(0, len(lists[i]["hypotheses"]) - 1))
+    item, where = lists[i]["hypotheses"][j], f"hypotheses[{j}]"
+    kind = draw(st.sampled_from(["words", "word", "unknown", "score", "key"]))
+    if kind == "words":
+        item["words"], field = draw(st.sampled_from([5, None, {"a": 1}, True])), f"{where}.words"
+    elif kind == "word":
+        item["words"], field = ["A", draw(st.sampled_from(["", "a b", 3]))], f"{where}.words[1]"
+    elif kind == "unknown":
+        item["wrods"], field = "A", f"{where}.wrods"
+    elif kind == "score" and item.get("scores"):
+        name = sorted(item["scores"])[0]
+        item["scores"][name] = draw(st.sampled_from(["x", None, True, [1]]))
+        field = f"{where}.scores" + (f".{name}" if name.isidentifier() else f'["{name}"]')
+    else:
+        lists[i]["key"], field = draw(st.sampled_from(["", 7, None])), "key"
+    return obj, prefix.format(i) + field if prefix != "{}" else field
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_nbest())
+def test_fuzz_json_valid_lists_read_as_written(case) -> None:
+    obj, expected, _ = case
+    lists = nbest_from_json(json.dumps(obj))
+    assert [nbest.key for nbest in lists] == [f"utt{i}" for i in range(len(expected))]
+    assert [list(nbest.hypotheses) for nbest in lists] == expected  # JSON floats come back exactly
+    for lattice, hyps in zip(read_lattices(json.dumps(obj), "nbest-json"), expected):
+        _assert_reads_as(lattice, hyps)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broken_json_nbest())
+def test_fuzz_json_a_broken_field_is_named(case) -> None:
+    obj, field = case
+    with pytest.raises(LatticeFormatError) as info:
+        read_lattices(json.dumps(obj), "nbest-json")
+    assert info.value.field == field, (obj, str(info.value))
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_JSON)
 def test_fuzz_json(obj: object) -> None:
+    """Random structures: an error naming its field, or lists that survive the writer."""
     try:
         lists = nbest_from_json(obj)
-    except LatticeFormatError:
+    except LatticeFormatError as err:
+        assert err.field or not isinstance(obj, (dict, list)) or obj == [] or obj == {"nbest": []}, str(err)
         return
     for nbest in lists:
         _check_nbest(nbest)
