@@ -4,6 +4,7 @@
 * ``reference/http.md`` and ``reference/openapi.json``: from the FastAPI app's OpenAPI schema
   (``service.app.create_app(Settings()).openapi()``, built as the tests build the app; no model is loaded);
 * ``reference/settings.md``: the server's ``AFP_*`` settings, from the pydantic ``Settings`` fields;
+* ``reference/models.md``: the bundled models (``models/*/``: config.json, mixture.json and each TRAINING.md);
 * ``results.md`` and its plots: ``bench.report.render(bench/results)``, the same text as
   ``bench/results/README.md``, with each plot it names shown as an image.
 
@@ -264,6 +265,54 @@ def settings_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- bundled models -------------------------------------------------------------------------------------------------
+
+DEFAULT_MODEL = "conversational"
+
+
+def _model_row(directory: Path) -> list[str]:
+    """name, kind, rho, vocabulary, parts of one bundled model, read from its JSON files (no weights loaded)."""
+    mixture = directory / "mixture.json"
+    if mixture.is_file():
+        parts = json.loads(mixture.read_text(encoding="utf-8"))["parts"]
+        rows = [_model_row(directory / part["model"]) for part in parts]
+        rho = next((r[2] for r in rows if r[2] != "-"), "-")
+        vocab = next((r[3] for r in rows if r[3] != "-"), "-")
+        shown = ", ".join(f"`{part['model']}/` {part['weight']:.3f} ({row[1]})" for part, row in zip(parts, rows))
+        return [directory.name, "mixture", rho, vocab, shown]
+    config = directory / "config.json"
+    if config.is_file():
+        model = json.loads(config.read_text(encoding="utf-8"))["model"]
+        kind = (f"AFP-{model['rho']} {model['cell']} {model['layers']}x{model['hidden']}" if model.get("mode") == "afp"
+                else f"{model.get('arch', 'rnn')} {model.get('cell', '')}".strip())
+        return [directory.name, kind, str(model.get("rho", "-")), f"{model['vocab_size']:,}", ""]
+    return [directory.name, "n-gram", "-", "-", ""]
+
+
+def models_page(models: Path | None = None) -> str:
+    models = models or REPO / "models"
+    directories = sorted((d for d in models.iterdir() if d.is_dir() and (d / "TRAINING.md").is_file()),
+                         key=lambda d: (d.name != DEFAULT_MODEL, d.name))
+    lines = ["# Bundled models", "", GENERATED_NOTE.format(source="`models/*/` (config.json, mixture.json, TRAINING.md)"),
+             "", f"Without `--model` every command and the server use `models/{DEFAULT_MODEL}/` (or `$AFP_MODEL_DIR`). "
+             "A model is a directory: `model.safetensors` and `config.json` (an AFP or other neural model), an n-gram "
+             "store, or `mixture.json` naming its parts and their weights. `afp info --model DIR` describes one.", "",
+             "| model | kind | rho | vocabulary | parts and weights |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(c) for c in [f"`models/{r[0]}/`", *r[1:]]) + " |"
+              for r in (_model_row(d) for d in directories)]
+    for directory in directories:
+        texts = [(directory, 2)] + [(part, 3) for part in sorted(directory.iterdir())
+                                     if part.is_dir() and (part / "TRAINING.md").is_file()]
+        for folder, level in texts:
+            text = (folder / "TRAINING.md").read_text(encoding="utf-8")
+            anchor = "-".join(folder.relative_to(models).parts)
+            demoted = [("#" * (level - 1) + line if line.startswith("#") else line) for line in text.splitlines()]
+            if demoted and demoted[0].startswith("#"):
+                demoted[0] += f" {{ #{anchor} }}"
+            lines += ["", *demoted]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 # --- benchmark results ----------------------------------------------------------------------------------------------
 
 PLOT = re.compile(r"[Pp]lot `([^`]+\.png)`")
@@ -303,7 +352,7 @@ def on_files(files, config):  # noqa: ANN001 (mkdocs' Files and MkDocsConfig)
     schema = openapi_schema()
     results, plots = results_page()
     pages = {"reference/cli.md": cli_reference(), "reference/http.md": http_reference(schema),
-             "reference/settings.md": settings_reference(), "results.md": results,
+             "reference/settings.md": settings_reference(), "reference/models.md": models_page(), "results.md": results,
              "reference/openapi.json": json.dumps(schema, indent=2) + "\n"}
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))

@@ -114,6 +114,14 @@ def test_http_and_settings_references_cover_the_schema_and_every_field():
         assert f"`AFP_{name.upper()}`" in settings
 
 
+def test_models_page_has_every_bundled_model_and_its_training_notes():
+    page = gen_pages.models_page()
+    for training in (REPO / "models").rglob("TRAINING.md"):
+        folder = training.parent.relative_to(REPO / "models")
+        assert f"{{ #{'-'.join(folder.parts)} }}" in page, f"models/{folder}/TRAINING.md is missing"
+        assert training.read_text(encoding="utf-8").splitlines()[2] in page
+
+
 def test_results_page_is_the_report_with_its_plots():
     from bench.common import RESULTS
     from bench.report import render
