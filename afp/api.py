@@ -27,7 +27,7 @@ from afp.mixtures import mixed_scorer, open_model
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
-from afp.options import OptionsError, build_options
+from afp.options import OptionsError, OptionValueError, build_options
 from afp.weights import SETS, TunedWeights
 from lattices.rescore import RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
@@ -66,11 +66,15 @@ def rescore_options(**options: Any) -> RescoreOptions:
     """:class:`~lattices.rescore.RescoreOptions` from keyword arguments named as the HTTP request
     fields and the command-line flags: ``lm_weight`` (a number or a list), ``old_lm_weight``,
     ``acoustic_scale``, ``word_penalty``, ``unk_penalty``, ``score_weights`` (a dict), ``nbest``,
-    ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``max_arcs``,
-    ``auto_prune``, ``old_lm_score`` (and ``RescoreOptions``' own field names), by the one
+    ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``target_arcs``
+    (what a dense lattice's expansion is made small to, default 20,000), ``max_arcs`` (every
+    lattice's limit, default 5,000,000), ``auto_prune``, ``determinize``, ``old_lm_score`` (and
+    ``RescoreOptions``' own field names), by the one
     builder of every door (:func:`afp.options.build_options`; unset: ``RescoreOptions``' defaults)."""
     try:
         return build_options(options)
+    except OptionValueError:
+        raise
     except OptionsError as err:
         raise TypeError(str(err)) from None
 
@@ -135,6 +139,8 @@ class Model:
         try:
             settings = build_options(options, weights=None if weights is None else TunedWeights.read(weights),
                                      unk_default=self.loaded.default_unk_penalty)
+        except OptionValueError:
+            raise
         except OptionsError as err:
             raise TypeError(f"weights= {err}" if weights is not None and err.field in SETS else str(err)) from None
         symbols = read_words_txt(words) if words is not None else None

@@ -8,7 +8,10 @@ one thing the engine cannot know filled in here: the model's own unknown-word pe
 (``unk_default``, :attr:`lm.checkpoint.LoadedModel.default_unk_penalty`).
 
 The names are the HTTP request fields and the command-line flags (``lm_weight``, ``max_arcs``,
-``prune_if_too_large``...); ``RescoreOptions``' own field names are accepted too. A weights file of
+``target_arcs``, ``prune_if_too_large``...); ``RescoreOptions``' own field names are accepted too.
+The two expansion budgets (``target_arcs``: what a dense lattice is made small to, default 20,000;
+``max_arcs``: the memory limit of every lattice, default 5,000,000) are whole numbers of at least 1,
+checked here for every door (RescoreOptions' docstring says what each does). A weights file of
 ``afp tune --save`` (:class:`afp.weights.TunedWeights`) sets the weights it holds:
 
 * ``weights`` given by the caller (``--weights``, ``weights=``, a request's ``weights`` object):
@@ -27,10 +30,13 @@ from typing import Any
 from afp.weights import SETS, TunedWeights
 from lattices.rescore import RescoreOptions
 
-__all__ = ["OptionsError", "build_options", "parse_score_weights", "RENAMED"]
+__all__ = ["OptionValueError", "OptionsError", "build_options", "parse_score_weights", "RENAMED"]
 
 #: door names -> RescoreOptions field names (where they differ)
-RENAMED = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "prune_if_too_large": "auto_prune"}
+RENAMED = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "target_arcs": "target_expanded_arcs",
+           "prune_if_too_large": "auto_prune"}
+#: the options that count expanded arcs (whole numbers of at least 1)
+_ARC_BUDGETS = ("max_expanded_arcs", "target_expanded_arcs")
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RescoreOptions))
 
 
@@ -40,6 +46,11 @@ class OptionsError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class OptionValueError(OptionsError):
+    """An option given a value it cannot take (the Python API raises it as it is, a ``ValueError``;
+    other :class:`OptionsError` instances are the wrong arguments, a ``TypeError`` there)."""
 
 
 def parse_score_weights(text: str) -> dict[str, float]:
@@ -87,6 +98,8 @@ def build_options(given: Mapping[str, Any] | None = None, *, weights: TunedWeigh
         if field not in _FIELDS:
             raise OptionsError(f"unknown rescoring option {name!r}", name)
         values[field] = value
+        if field in _ARC_BUDGETS:
+            values[field] = _arc_budget(name, value)
     if "lm_weights" in values and not isinstance(values["lm_weights"], (list, tuple)):
         values["lm_weights"] = (values["lm_weights"],)
     if "lm_weights" in values:
@@ -109,3 +122,12 @@ def build_options(given: Mapping[str, Any] | None = None, *, weights: TunedWeigh
     if "unk_penalty" not in keep and tuned.unk_penalty is None:
         keep = keep | {"unk_penalty"}  # a file that does not set it leaves the model's own
     return tuned.apply(options, keep=frozenset(keep))
+
+
+def _arc_budget(name: str, value: Any) -> int:
+    """An expansion budget as given (``name``: the caller's spelling): an ``int`` of at least 1, as
+    the HTTP schema's integer and the command line's whole number; anything else is an
+    :class:`OptionValueError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionValueError(f"{name} must be a whole number of expanded arcs, at least 1, got {value!r}", name)
+    return value

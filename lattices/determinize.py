@@ -386,7 +386,7 @@ def remove_epsilons(lattice: Lattice, weights: Weights | None = None, skip: Iter
 # ------------------------------------------------------------------------------ determinization
 def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, max_states: int | None = None,
                 prune_scores: Tensor | None = None, *, prune_final_scores: Tensor | None = None,
-                skip: Iterable[str] = DEFAULT_SKIP, delta: float = DELTA) -> Lattice:
+                skip: Iterable[str] = DEFAULT_SKIP, delta: float = DELTA, report: dict | None = None) -> Lattice:
     """The word-deterministic lattice of ``lattice`` (epsilons and ``skip`` symbols removed first).
 
     Args:
@@ -403,6 +403,9 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
         then add ``prune_final_scores`` (float64 ``(F,)``, default 0). Ignored without ``beam``.
       skip: symbols removed like epsilon.
       delta: residual weights equal after rounding to ``delta`` are merged (0: bit equality).
+      report: a dict that gets ``cut``: whether the beam dropped any transition, final weight or
+        element (False: every path was within the beam, and the result is the exact
+        determinization), also when :class:`DeterminizationTooLarge` is raised.
 
     Returns a new lattice: start state 0, states numbered in creation order (best first), no
     epsilon arcs and no state with two arcs of the same word, each word sequence with the
@@ -426,7 +429,10 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
     best = float(beta[g.start])
     tolerance = 1e-9 * (1.0 + abs(best))  # the priorities sum the same scores in another order
     cutoff = -math.inf if beam is None else best - beam - tolerance
-    out, stopped = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning).run()
+    determinizer = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning)
+    out, stopped = determinizer.run()
+    if report is not None:
+        report["cut"] = determinizer.cut
     num_states, src, dst, word, x, finals, fx = out
     result = build_lattice(lattice, num_states, 0, src, dst, word, x, finals, fx) if len(finals) else None
     if result is not None and (beam is not None or stopped is not None):
@@ -469,6 +475,7 @@ class _Determinizer:
         self.pushed = 0
         self.finals: list[int] = []
         self.final_x: list[np.ndarray] = []
+        self.cut = False  # whether the beam dropped anything
 
     def run(self) -> tuple[tuple, float | None]:
         """Determinize. Returns ``(num_states, src, dst, word, x, finals, fx)`` arrays and the
@@ -529,6 +536,8 @@ class _Determinizer:
                     cand_x = cand_x[i]
                 self.finals.append(state)
                 self.final_x.append(cand_x[0])
+            else:
+                self.cut = True
         lo = self.starts[states]
         owner, offset = _segments(self.starts[states + 1] - lo)
         pos = lo[owner] + offset
@@ -541,6 +550,7 @@ class _Determinizer:
             alive = forward + p + self.beta[dst] >= self.cutoff
             if not alive.all():
                 word, dst, x, score, p = word[alive], dst[alive], x[alive], score[alive], p[alive]
+                self.cut = True
         new = np.ones(len(word), dtype=bool)
         new[1:] = word[1:] != word[:-1]
         starts = np.flatnonzero(new)
@@ -565,6 +575,8 @@ class _Determinizer:
         qp = _quantize(p_res, self.delta) if self.key_on_pruning else None
         self.transitions.append((dst, x_res, p_res, qx, qp, bounds, arc_x, word[starts], arc_p, priority))
         keep = np.flatnonzero(priority >= self.cutoff)
+        if len(keep) < len(priority):
+            self.cut = True
         if self.best_first:
             for i, value in zip(keep.tolist(), (-priority[keep]).tolist()):
                 heapq.heappush(self.tasks, (value, self.pushed, state, i))  # ties: first pushed first

@@ -400,7 +400,8 @@ def _reversed(lattice: Lattice) -> Lattice:
                    symbols=lattice.symbols)
 
 
-def expansion_bound(lattice: Lattice, rho: int, skip: Iterable[str] = DEFAULT_SKIP) -> float:
+def expansion_bound(lattice: Lattice, rho: int, skip: Iterable[str] = DEFAULT_SKIP,
+                    keep: np.ndarray | None = None) -> float:
     """An upper bound on the arcs of :func:`expand` of ``lattice`` to ``rho`` (the exact count
     takes the expansion itself), in a few whole-array steps per level: milliseconds where a
     too-large expansion takes seconds before it fails, so a budget can be met by choosing a
@@ -414,20 +415,34 @@ def expansion_bound(lattice: Lattice, rho: int, skip: Iterable[str] = DEFAULT_SK
     arcs in topological order, and the expansion's arcs, ``sum over arcs a of H(src a)``, are at
     most ``sum over arcs a of U(src a)``. The bound is tight where different suffixes carry
     different words (a deterministic lattice far from its start), loose where paths differ only
-    by skipped symbols. Returned as a float (counts of dense lattices pass 2**63)."""
+    by skipped symbols. Returned as a float (counts of dense lattices pass 2**63). A tree (no
+    state entered twice: a chain, an n-best list's prefix tree) is its own expansion: its arcs,
+    counted without a step per level.
+
+    ``keep``: bool ``(A,)``, the bound of the lattice with only those arcs, as if it were
+    ``lattice.subset(keep)`` when every kept arc lies on a kept start-to-final path (a beam's cut:
+    :func:`lattices.reduce.prune`), without building it."""
     if rho < 1:
         raise ValueError(f"rho must be at least 1, got {rho}")
     if not lattice.num_arcs:
         return 0.0
     src, dst = lattice.src.cpu().numpy(), lattice.dst.cpu().numpy()
+    if keep is not None and keep.shape != (lattice.num_arcs,):
+        raise ValueError(f"keep must have one entry per arc ({lattice.num_arcs}), got shape {keep.shape}")
+    if int(np.bincount(dst if keep is None else dst[keep], minlength=lattice.num_states).max(initial=0)) <= 1:
+        return float(lattice.num_arcs if keep is None else keep.sum())  # a tree (a chain, an n-best list): exact
     is_word = lattice_word_map(lattice, skip).cpu().numpy()[lattice.words.cpu().numpy()] != PAD
     n = lattice.num_states
     suffix = np.zeros((n, rho + 1))  # suffix[s, k]: paths into s starting with a word arc, k words
     whole = np.zeros((n, rho + 1))  # whole[s, k]: paths from the start into s with k words (k < rho kept)
     whole[lattice.start, 0] = 1.0
     order, offsets = topology.level_order(dst, lattice.levels.cpu().numpy())
+    if keep is not None:
+        src = np.where(keep, src, -1)
     for i in range(len(offsets) - 1):
         part = order[offsets[i]:offsets[i + 1]]
+        if keep is not None:
+            part = part[keep[part]]
         word, skipped = part[is_word[part]], part[~is_word[part]]
         np.add.at(suffix, dst[skipped], suffix[src[skipped]])
         np.add.at(whole, dst[skipped], whole[src[skipped]])
@@ -439,4 +454,4 @@ def expansion_bound(lattice: Lattice, rho: int, skip: Iterable[str] = DEFAULT_SK
         moved[:, 1:] = whole[src[word], :-1]
         np.add.at(whole, dst[word], moved)
     histories = suffix[:, rho] + whole[:, :rho].sum(axis=1)
-    return float(histories[src].sum())
+    return float(histories[src[src >= 0]].sum())

@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -48,8 +48,17 @@ AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
 #: recogniser's combination plus the new LM at 0.5 of its own scale raised WER, at a quarter it
 #: stays within noise of the first pass; only tuning (afp tune) says what helps.
 DEFAULT_LM_WEIGHT = 0.25
-#: the expansion budget (arcs) of every door (the server's AFP_MAX_EXPANDED_ARCS)
+#: the memory limit of every lattice's expansion (arcs) at every door (the server's
+#: AFP_MAX_EXPANDED_ARCS; RescoreOptions says what happens over it)
 DEFAULT_MAX_EXPANDED_ARCS = 5_000_000
+#: the size (arcs) a dense lattice's expansion is made small to at every door (the server's
+#: AFP_TARGET_EXPANDED_ARCS): PocketSphinx dev sets, models/librispeech, one thread: 20k arcs gave a
+#: rescoring real-time factor of about 0.08, 50k about 0.12 (bench/results, commit 8fdaff3)
+DEFAULT_TARGET_EXPANDED_ARCS = 20_000
+#: a lattice is dense when its expansion bound is more than this many times its arcs: a
+#: PocketSphinx lattice's reaches 1e4 and far more at rho 4, a sparse Kaldi/AMI lattice's at most
+#: about 40, a chain's or an n-best list's 1
+DENSE_FACTOR = 100
 #: the determinization's defaults (lattices.reduce): its pruning beam on the first pass's scores
 #: and its state limit
 DEFAULT_DETERMINIZE_BEAM: float | None = 15.0
@@ -59,7 +68,8 @@ DETERMINIZE = ("auto", "always", "never")
 _FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")
 
-__all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "default_acoustic_scale", "RescoreOptions", "RescoreResult", "prune",
+__all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "DEFAULT_MAX_EXPANDED_ARCS", "DEFAULT_TARGET_EXPANDED_ARCS",
+           "DENSE_FACTOR", "Hypothesis", "Reduction", "reduction", "default_acoustic_scale", "RescoreOptions", "RescoreResult", "prune",
            "rescore", "rescore_scored", "score_for_options"]
 
 
@@ -67,12 +77,28 @@ __all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "Hypothesis", "default_
 class RescoreOptions:
     """How to combine scores and what to return. None means "from the lattice header".
 
-    ``auto_prune`` (default on, at every door): when the expansion would exceed
-    ``max_expanded_arcs``, prune to fit instead of failing, and report it (``RescoreResult.pruned``:
-    the beam, the budget it had to fit, what was kept): the fit stage of :mod:`lattices.reduce`,
-    or, for a lattice that is not determinized, the input pruned with beam
-    :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it fits. Off, such a lattice fails with
-    :class:`~lattices.expand.ExpansionTooLarge`.
+    How large an expansion may be: two budgets, in expanded arcs, the same at every door
+    (:func:`reduction` decides, from :func:`lattices.expand.expansion_bound`, an upper bound
+    computed in milliseconds):
+
+    * ``target_expanded_arcs`` (default :data:`DEFAULT_TARGET_EXPANDED_ARCS`, 20,000; ``--target-arcs``,
+      the request field ``target_arcs``, ``AFP_TARGET_EXPANDED_ARCS``): what a **dense** lattice is
+      made small to, for speed. Dense: its expansion bound is more than :data:`DENSE_FACTOR` (100)
+      times its arcs, as a real decoder's search lattice (PocketSphinx: 1e4 and more at rho 4).
+      Over the target it is determinized, minimized and fitted to the target (:mod:`lattices.reduce`),
+      and the result says what that kept. Capped by ``max_expanded_arcs``; None: no target.
+    * ``max_expanded_arcs`` (default :data:`DEFAULT_MAX_EXPANDED_ARCS`, 5,000,000; ``--max-arcs``,
+      ``AFP_MAX_EXPANDED_ARCS``): the memory limit of every lattice. Chains, n-best lists and sparse
+      lattices (Kaldi, AMI: at most ~40 times their arcs at rho 4) are expanded whole, exactly,
+      up to it, never through a reduction they do not need; over it they are reduced to fit it.
+
+    ``auto_prune`` (default on, at every door): when the expansion would exceed its budget, prune to
+    fit instead of failing, and report it (``RescoreResult.pruned``: the beam, the budget it had
+    to fit, what was kept): the fit stage of :mod:`lattices.reduce`, or, for a lattice that is not
+    determinized, the input pruned with beam :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it
+    fits. Off (``--no-auto-prune``, ``prune_if_too_large: false``), nothing is pruned to fit a
+    budget, the target included: a lattice whose expansion passes ``max_expanded_arcs`` after its
+    determinization and minimization fails with :class:`~lattices.expand.ExpansionTooLarge`.
     ``deadline``: ``time.monotonic()`` seconds after which the work stops with
     :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
     A hypothesis of an n-best list carries its ``rank`` in the list (1 = the recogniser's best);
@@ -91,12 +117,13 @@ class RescoreOptions:
     These are the one set of defaults of every door (``afp rescore``, ``afp tune``, ``POST
     /v1/rescore``, :meth:`afp.Model.rescore`, ``afp rescore-cuts``): each builds its options with
     :func:`afp.options.build_options`, which starts from them.
-    ``determinize``: ``auto`` (the default) makes a lattice whose expansion could pass
-    ``max_expanded_arcs`` (:func:`lattices.expand.expansion_bound`) small first, as
+    ``determinize``: ``auto`` (the default) makes a lattice whose expansion could pass its budget
+    (above: the target for a dense lattice, else the limit) small first, as
     :mod:`lattices.reduce` says: determinized on words under the first pass's weights (beam
-    ``determinize_beam``, at most ``max_determinized_states`` states), minimized, and, with
-    ``auto_prune``, pruned to the largest beam that fits; never for ``posteriors`` (they need the
-    log semiring). ``always`` does it for every lattice, ``never`` for none.
+    ``determinize_beam``, default 15; at most ``max_determinized_states`` states, default 20,000),
+    minimized, and, with ``auto_prune``, pruned to the largest beam that fits; never for
+    ``posteriors`` (they need the log semiring). ``always`` does it for every lattice (to the
+    same budget), ``never`` for none.
     ``match_case``: a word the model does not know as written but knows in another case (``the``
     for an upper-case model) is scored as the model spells it (:mod:`lattices.case`); results
     keep the input's spellings.
@@ -116,6 +143,7 @@ class RescoreOptions:
     word_penalty: float | None = None
     nbest: int = 1
     max_expanded_arcs: int | None = DEFAULT_MAX_EXPANDED_ARCS
+    target_expanded_arcs: int | None = DEFAULT_TARGET_EXPANDED_ARCS
     prune_beam: float | None = None
     posteriors: bool = False
     return_lattice: bool = False
@@ -169,8 +197,10 @@ class RescoreOptions:
             raise ValueError(f"prune_beam must be >= 0, got {self.prune_beam}")
         if self.max_kbest_paths is not None and self.max_kbest_paths < 1:
             raise ValueError(f"max_kbest_paths must be positive, got {self.max_kbest_paths}")
-        if self.max_expanded_arcs is not None and self.max_expanded_arcs < 1:
-            raise ValueError(f"max_expanded_arcs must be positive, got {self.max_expanded_arcs}")
+        for name in ("max_expanded_arcs", "target_expanded_arcs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
 
     def named_weights(self, names: tuple[str, ...]) -> dict[str, float]:
         """``w_k`` given for an input with named scores ``names``: ``score_weights``, and
@@ -370,9 +400,9 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
                                        options.deadline, own)
     rho = max([s.context_size for s in (scorer, old_lm) if s is not None] + [f.rho for f in (features or {}).values()])
     stages = None
-    if _reduces(lattice, options, rho):
-        reduced = reduce_lattice(lattice, rho, options.max_expanded_arcs, _ordering(lattice, options, acoustic_scale,
-                                                                                    old_lm is not None),
+    plan = reduction(lattice, options, rho)
+    if plan.reduce:
+        reduced = reduce_lattice(lattice, rho, plan.budget, _ordering(lattice, options, acoustic_scale, old_lm is not None),
                                  acoustic_scale=acoustic_scale, word_penalty=word_penalty, score_weights=dict(own),
                                  determinize_beam=options.determinize_beam,
                                  max_states=options.max_determinized_states, fit=options.auto_prune,
@@ -389,15 +419,32 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     return scored
 
 
-def _reduces(lattice: Lattice, options: RescoreOptions, rho: int) -> bool:
-    """Whether :func:`lattices.reduce.reduce_lattice` runs (``options.determinize``)."""
+class Reduction(NamedTuple):
+    """:func:`reduction`'s answer: whether :func:`lattices.reduce.reduce_lattice` runs, and the
+    budget (expanded arcs; None: none) it makes the lattice fit."""
+
+    reduce: bool
+    budget: int | None
+
+
+def reduction(lattice: Lattice, options: RescoreOptions, rho: int) -> Reduction:
+    """Whether ``lattice`` is made small before its expansion to ``rho``, and to what budget
+    (:class:`RescoreOptions`' two budgets): a dense lattice (expansion bound over
+    :data:`DENSE_FACTOR` times its arcs) fits ``target_expanded_arcs`` (at most
+    ``max_expanded_arcs``) when ``auto_prune`` allows pruning, every other lattice
+    ``max_expanded_arcs``. ``determinize``: ``never`` never reduces, ``always`` always (to that
+    budget), ``auto`` when the bound passes the budget and no ``posteriors`` are asked for."""
     if options.determinize == "never" or lattice.num_arcs == 0:
-        return False
+        return Reduction(False, None)
+    if options.determinize == "auto" and options.posteriors:
+        return Reduction(False, None)
+    bound = expansion_bound(lattice, rho, options.skip_words)
+    budget, target = options.max_expanded_arcs, options.target_expanded_arcs
+    if target is not None and options.auto_prune and bound > DENSE_FACTOR * lattice.num_arcs:
+        budget = target if budget is None else min(target, budget)
     if options.determinize == "always":
-        return True
-    if options.posteriors or options.max_expanded_arcs is None:
-        return False
-    return expansion_bound(lattice, rho, options.skip_words) > options.max_expanded_arcs
+        return Reduction(True, budget)
+    return Reduction(budget is not None and bound > budget, budget)
 
 
 def _ordering(lattice: Lattice, options: RescoreOptions, acoustic_scale: float, exact_old_lm: bool) -> dict[str, float]:

@@ -68,11 +68,23 @@ def picked_log_softmax(features: Tensor, weight: Tensor, bias: Tensor | None, ro
     return target - _log_sum_exp(features, weight, bias, precision, low_weight, refine)[rows]
 
 
+def logsumexp_in_place(values: Tensor) -> Tensor:
+    """``torch.logsumexp(values, dim=1)`` bit for bit, computed in ``values``' own memory, which
+    it overwrites: float32 ``(N, V)`` -> ``(N,)``. ``torch.logsumexp`` makes ``values - max`` and
+    its ``exp`` as new ``(N, V)`` tensors; here they are made in place, the same operations in the
+    same order (the row maxima, those of magnitude ``inf`` taken as 0, subtracted; ``exp``; the
+    row sums; ``log``; the maxima added back), so only ``(N,)`` vectors are allocated."""
+    maxes = values.amax(dim=1, keepdim=True)
+    maxes.masked_fill_(maxes.abs() == float("inf"), 0.0)
+    return values.sub_(maxes).exp_().sum(dim=1).log_().add_(maxes.squeeze(1))
+
+
 def _log_sum_exp(features: Tensor, weight: Tensor, bias: Tensor | None, precision: str,
                  low_weight: Tensor | None, refine: int) -> Tensor:
-    """float32 ``(N,)``: ``logsumexp(features @ weight.T + bias, dim=1)``."""
+    """float32 ``(N,)``: ``logsumexp(features @ weight.T + bias, dim=1)``; the ``(N, V)`` logits
+    are the only vocabulary-sized tensor made (:func:`logsumexp_in_place`)."""
     if precision == "fp32":
-        return torch.logsumexp(F.linear(features, weight, bias).float(), dim=1)
+        return logsumexp_in_place(F.linear(features, weight, bias).float())
     if precision != "bf16":
         raise ValueError(f"output precision must be fp32 or bf16, got {precision!r}")
     if low_weight is None:
@@ -83,12 +95,12 @@ def _log_sum_exp(features: Tensor, weight: Tensor, bias: Tensor | None, precisio
         approx += bias
     k = min(refine, approx.shape[1])
     if k == 0:
-        return torch.logsumexp(approx, dim=1)
+        return logsumexp_in_place(approx)
     top = approx.topk(k, dim=1).indices  # (N, k)
     columns, where = torch.unique(top, return_inverse=True)  # (U,), (N, k)
     exact = F.linear(features, weight[columns], None if bias is None else bias[columns]).float()  # (N, U)
     approx.scatter_(1, top, float("-inf"))
-    return torch.logaddexp(torch.logsumexp(approx, dim=1), torch.logsumexp(exact.gather(1, where), dim=1))
+    return torch.logaddexp(logsumexp_in_place(approx), torch.logsumexp(exact.gather(1, where), dim=1))
 
 
 def low_precision_weight(weight: Tensor) -> Tensor:

@@ -577,7 +577,7 @@ def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk
     from afp.weights import TunedWeights
 
     given = {name: getattr(args, name, None) for name in (
-        "lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "prune_beam",
+        "lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "target_arcs", "prune_beam",
         "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode", "mbr_nbest",
         "mbr_scale", "determinize", "determinize_beam")}
     given["return_lattice"] = return_lattice
@@ -624,7 +624,7 @@ def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
 
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     """Options of both ``rescore`` and ``tune`` (the score combination is in lattices/scored.py)."""
-    from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS
+    from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR
 
     p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
     _add_score_precision(p)
@@ -645,9 +645,16 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
                         "another case, such as PocketSphinx's lower-case words for an upper-case model, is scored "
                         "as the model spells it; results keep the input's spellings)")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
-    p.add_argument("--max-arcs", type=_positive, help=f"expansion budget (arcs; default {DEFAULT_MAX_EXPANDED_ARCS})")
+    p.add_argument("--target-arcs", type=_positive, metavar="N",
+                   help=f"the expansion a dense lattice (a decoder's search lattice: expansion bound over "
+                        f"{DENSE_FACTOR} times its arcs) is made small to, for speed: determinize, minimize, prune "
+                        f"to fit (default {DEFAULT_TARGET_EXPANDED_ARCS}; at most --max-arcs)")
+    p.add_argument("--max-arcs", type=_positive, metavar="N",
+                   help=f"the memory limit of every lattice's expansion (arcs; default {DEFAULT_MAX_EXPANDED_ARCS}): "
+                        f"chains, n-best lists and sparse lattices are expanded whole up to it")
     p.add_argument("--auto-prune", action=argparse.BooleanOptionalAction, default=None,
-                   help="over the budget, prune to fit and report it (the default); --no-auto-prune fails instead")
+                   help="over the budget, prune to fit and report it (the default); --no-auto-prune fails instead "
+                        "(and does not prune a dense lattice to --target-arcs)")
     p.add_argument("--determinize", choices=["auto", "always", "never"],
                    help="make a lattice small before expanding it (determinize on words, minimize: lattices/reduce.py): "
                         "auto (default) when its expansion could pass the budget, always, or never")

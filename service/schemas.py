@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
 from lattices.formats import READ_FORMATS, TEXT_FORMATS
 from lattices.lattice import describe
@@ -36,6 +36,12 @@ class RescoreOptionsModel(BaseModel):
     acoustic_scale: Weight | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
     word_penalty: Finite | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
     prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")
+    target_arcs: StrictInt | None = Field(
+        default=None, ge=1, description="the expansion (arcs) a dense lattice (a decoder's search lattice: expansion "
+                                        "bound over 100 times its arcs) is made small to, for speed: determinize, "
+                                        "minimize, prune to fit; at most the server's AFP_MAX_EXPANDED_ARCS, which "
+                                        "every lattice must fit. Unset: the server's AFP_TARGET_EXPANDED_ARCS "
+                                        "(default 20000)")
     prune_if_too_large: bool = Field(default=True, description="when the expansion would pass the budget, prune "
                                                                "to fit and report it (pruned); false: fail with 422")
     determinize: Literal["auto", "always", "never"] = Field(
@@ -151,6 +157,9 @@ class LatticeResult(BaseModel):
     nbest_complete: bool = Field(default=True, description="false when the n-best search stopped at its bound "
                                  "(max_kbest_paths) before finding every hypothesis asked for")
     pruned: dict[str, Any] | None
+    stages: list[dict[str, Any]] | None = Field(
+        default=None, description="when the lattice was made small before its expansion (lattices/reduce.py): each "
+                                  "stage in order (input, determinize, minimize, fit) with its states, arcs and seconds")
     seconds: float
     timing: dict[str, float]
     lattice: str | dict[str, Any] | list[Any] | None = Field(default=None, description="rescored lattice")

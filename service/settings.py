@@ -17,6 +17,8 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
   AFP_MAX_LATTICE_ARCS     largest input lattice (422 above)
   AFP_MAX_LATTICES         most lattices in one request
   AFP_MAX_EXPANDED_ARCS    expansion budget per lattice (422 above, unless the request allows pruning)
+  AFP_TARGET_EXPANDED_ARCS what a dense lattice's expansion is made small to, for speed (a
+                           request's target_arcs overrides it; RescoreOptions in lattices/rescore.py)
   AFP_MAX_NBEST            largest n-best a request may ask for
   AFP_MAX_SENTENCES        most sentences in one perplexity request
   AFP_REQUEST_TIMEOUT_S    a request taking longer gets 503
@@ -39,7 +41,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from afp.defaults import default_model_dir
-from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS
+from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS
 
 
 class Settings(BaseSettings):
@@ -66,6 +68,7 @@ class Settings(BaseSettings):
     max_lattice_arcs: int = Field(default=500_000, gt=0)
     max_lattices: int = Field(default=1000, gt=0)
     max_expanded_arcs: int = Field(default=DEFAULT_MAX_EXPANDED_ARCS, gt=0)
+    target_expanded_arcs: int = Field(default=DEFAULT_TARGET_EXPANDED_ARCS, gt=0)
     max_nbest: int = Field(default=100, gt=0)
     max_sentences: int = Field(default=10_000, gt=0)
     max_sentence_words: int = Field(default=1000, gt=0)

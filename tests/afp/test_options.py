@@ -3,11 +3,13 @@ RescoreOptions' own, resolved on a lattice to numbers a reader can check by hand
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 
 import pytest
 
-from afp.options import OptionsError, build_options, parse_score_weights
+from afp.options import OptionsError, OptionValueError, build_options, parse_score_weights
 from afp.weights import TunedWeights
 from lattices.formats import read_lattices
 from lattices.rescore import DEFAULT_LM_WEIGHT, RescoreOptions, rescore
@@ -17,6 +19,7 @@ from tests.factories import make_model, saved_model, tiny_vocab
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
 
+REPO = Path(__file__).resolve().parents[2]
 # one path per word choice; graph costs make "the cat" the first pass's choice
 LATTICE = "u\n0 1 the 1,10,\n0 1 a 3,10,\n1 2 cat 1,10,\n2\n\n"
 
@@ -110,3 +113,57 @@ def test_cli_refuses_weights_beside_weight_flags(tmp_path, capsys):
     assert main(["rescore", "--model", str(model), "--weights", str(tmp_path / "w.json"), "--lm-weight", "1",
                  str(tmp_path / "lat.txt")]) == 2
     assert "--lm-weight, not both" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the two expansion budgets
+def test_the_two_budgets_by_door_name_and_field_name():
+    assert build_options({}).target_expanded_arcs == 20_000 and build_options({}).max_expanded_arcs == 5_000_000
+    options = build_options({"target_arcs": 3_000, "max_arcs": 90_000})
+    assert (options.target_expanded_arcs, options.max_expanded_arcs) == (3_000, 90_000)
+    assert build_options({"target_expanded_arcs": 7}).target_expanded_arcs == 7
+
+
+@pytest.mark.parametrize("name", ["target_arcs", "max_arcs", "target_expanded_arcs"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, 2e4, True, "20000"])
+def test_a_bad_budget_names_its_field(name, value):
+    with pytest.raises(OptionValueError, match="whole number") as caught:
+        build_options({name: value})
+    assert caught.value.field == name and isinstance(caught.value, ValueError)
+
+
+def dense_lattice_file(tmp_path):
+    """A real PocketSphinx lattice (2,836 links; its order-3 expansion bound is 276 times that: dense)."""
+    source = sorted((REPO / "tests" / "fixtures" / "pocketsphinx").glob("*0920.slf.gz"))[0]
+    path = tmp_path / "utt.slf"
+    path.write_bytes(gzip.decompress(source.read_bytes()))
+    return path
+
+
+def test_the_target_at_the_command_line(tmp_path, capsys):
+    model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+    lattice = dense_lattice_file(tmp_path)
+    argv = ["rescore", "--model", str(model), "--format", "pocketsphinx", "--json", str(lattice)]
+    assert main([*argv, "--target-arcs", "3000"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["pruned"]["budget"] == 3_000 and row["expanded_arcs"] <= 3_000
+    assert [s["stage"] for s in row["stages"]] == ["input", "determinize", "minimize", "fit"]
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--target-arcs", bad])
+        assert exit_.value.code == 2
+        assert "--target-arcs" in capsys.readouterr().err
+
+
+def test_the_target_in_the_python_api(tmp_path):
+    import afp
+
+    model = afp.load_model(saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2), device="cpu")
+    lattice = dense_lattice_file(tmp_path)
+    ((result,),) = model.rescore(str(lattice), format="pocketsphinx", target_arcs=3_000)
+    assert result.pruned["budget"] == 3_000 and result.stats["expanded_arcs"] <= 3_000
+    ((default,),) = model.rescore(str(lattice), format="pocketsphinx")  # minimized, it fits 20,000 unfitted
+    assert [s["stage"] for s in default.stats["stages"]] == ["input", "determinize", "minimize"]
+    assert "budget" not in default.pruned and default.stats["expanded_arcs"] <= 20_000
+    with pytest.raises(ValueError, match="target_arcs must be a whole number"):
+        model.rescore(str(lattice), format="pocketsphinx", target_arcs=0)
+    assert afp.rescore_options(target_arcs=5).target_expanded_arcs == 5

@@ -9,9 +9,20 @@ from pathlib import Path
 
 import pytest
 
+import dataclasses
+import random
+
+import numpy as np
+import torch
+
 from lattices.expand import expand, expansion_bound, lattice_word_map
+from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.formats.pocketsphinx import read_pocketsphinx
-from lattices.rescore import rescore
+from lattices.lattice import Lattice
+from lattices.reduce import MIN_STATES_CAP, _fit, first_pass_scores, reduce_lattice, states_cap
+from lattices.rescore import (DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR, RescoreOptions,
+                              reduction, rescore)
+from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
 from tests.factories import make_model, random_lattice, replacing_options, tiny_vocab
@@ -51,17 +62,149 @@ def test_determinizing_changes_no_answer(seed):
         assert b.best.lm_logprob == pytest.approx(a.best.lm_logprob, abs=1e-6)
 
 
-def test_a_real_decoder_lattice_rescores_within_the_budget_by_default():
-    text = gzip.decompress(next(iter(sorted(FIXTURES.glob("*.slf.gz")))).read_bytes()).decode()
-    lattice = read_pocketsphinx(text, "utt.slf")
+def fixture_lattice(index: int = 0) -> Lattice:
+    path = sorted(FIXTURES.glob("*.slf.gz"))[index]
+    return read_pocketsphinx(gzip.decompress(path.read_bytes()).decode(), path.name)
+
+
+def chain(n: int, key: str = "chain") -> Lattice:
+    """States 0..n, arc i -> i+1 with one of four words: one path of n words."""
+    acoustic = (-10 * torch.rand(n, generator=torch.Generator().manual_seed(n), dtype=torch.float64)).tolist()
+    return Lattice.from_arcs(key, [(i, i + 1, 1 + i % 4, acoustic[i], -1.0) for i in range(n)], {n: (0.0, 0.0)},
+                             ("<eps>", "a", "b", "c", "d"))
+
+
+class TinyScorer:
+    """A 2-word-context scorer with deterministic log-probabilities (no model)."""
+
+    context_size, bos_id, eos_id, unk_id = 2, 0, 1, 2
+
+    def word_ids(self, words):
+        return torch.tensor([2 + (sum(map(ord, w)) % 50) for w in words], dtype=torch.int64)
+
+    def known(self, words):
+        return torch.ones(len(words), dtype=torch.bool)
+
+    def score(self, contexts, lengths, targets, target_context):
+        return -3.0 - 0.1 * ((targets * 7 + contexts[target_context, -1] * 3) % 11).to(torch.float32)
+
+
+def test_the_documented_defaults():
+    options = RescoreOptions()
+    assert (options.target_expanded_arcs, options.max_expanded_arcs) == (20_000, 5_000_000)
+    assert (DEFAULT_TARGET_EXPANDED_ARCS, DEFAULT_MAX_EXPANDED_ARCS, DENSE_FACTOR) == (20_000, 5_000_000, 100)
+    for bad in (0, -5, 2.5, True, "100"):
+        with pytest.raises(ValueError, match="target_expanded_arcs"):
+            RescoreOptions(target_expanded_arcs=bad)
+
+
+def test_a_long_chain_is_expanded_whole_at_the_defaults():
+    """30,000 words: not dense (its bound is its arcs), under the limit: no stage, nothing pruned,
+    and it never meets the determinizer (which once took 90 s on it, then failed)."""
+    lattice = chain(30_000)
+    assert reduction(lattice, RescoreOptions(), 2) == (False, DEFAULT_MAX_EXPANDED_ARCS)
+    (result,) = rescore(lattice, TinyScorer(), RescoreOptions())
+    assert "stages" not in result.stats and result.pruned is None
+    assert result.stats["expanded_arcs"] == 30_000 and result.best.arcs == list(range(30_000))
+
+
+def test_an_nbest_list_is_expanded_whole_at_the_defaults():
+    rng = random.Random(3)
+    words = ["a", "b", "c", "d", "e"]
+    hyps = [NBestHypothesis(tuple(rng.choice(words) for _ in range(rng.randint(20, 60))),
+                            {"decoder": -rng.random() * 30}) for _ in range(200)]
+    lattice = nbest_to_lattice(NBestList("list", hyps))
+    assert expansion_bound(lattice, 4) == lattice.num_arcs  # a prefix tree: its own expansion
+    assert not reduction(lattice, RescoreOptions(), 4).reduce
+    (result,) = rescore(lattice, scorer(rho=4), RescoreOptions(target_expanded_arcs=10))
+    assert "stages" not in result.stats and result.pruned is None
+    assert result.stats["expanded_arcs"] == lattice.num_arcs
+
+
+def test_a_chain_through_the_determinizer_keeps_its_best_path_and_reports_no_pruning():
+    """A budget below the chain's own size: the state cap leaves room for the longest path and the
+    fit stage keeps the best path, the whole chain, which is no pruning."""
+    lattice = chain(3_000)
+    assert states_cap(lattice, 20_000) == 3_001 + MIN_STATES_CAP
+    reduced = reduce_lattice(lattice, 2, 2_000, {"acoustic": 0.1, "graph": 1.0}, acoustic_scale=0.1,
+                             word_penalty=0.0, determinize_beam=15.0, max_states=1_000)
+    assert [s.stage for s in reduced.stages] == ["input", "determinize", "minimize", "fit"]
+    assert reduced.lattice.num_arcs == 3_000 and reduced.pruned is None
+
+
+def test_a_dense_lattice_is_reduced_to_at_most_the_target():
+    lattice = fixture_lattice()
+    assert expansion_bound(lattice, 4) > DENSE_FACTOR * lattice.num_arcs  # dense
+    lm = scorer(rho=4)
+    plan = reduction(lattice, RescoreOptions(), 4)
+    assert plan == (True, DEFAULT_TARGET_EXPANDED_ARCS)
+    (result,) = rescore(lattice, lm, replacing_options())  # the defaults
+    assert 0 < result.stats["expanded_arcs"] <= DEFAULT_TARGET_EXPANDED_ARCS
+    assert result.pruned is not None and result.pruned["budget"] == DEFAULT_TARGET_EXPANDED_ARCS
+    assert result.pruned["arcs_before"] == lattice.num_arcs
+    stages = result.stats["stages"]
+    assert [s["stage"] for s in stages] == ["input", "determinize", "minimize", "fit"]
+    assert stages[0]["arcs"] == lattice.num_arcs and all(s["seconds"] >= 0 for s in stages)
+    assert result.best.words and all(w == w.lower() for w in result.best.words)
+    (small,) = rescore(lattice, lm, replacing_options(target_expanded_arcs=5_000))
+    assert small.stats["expanded_arcs"] <= 5_000 and small.pruned["budget"] == 5_000
+
+
+def test_the_target_is_capped_by_the_limit_and_off_without_auto_prune():
+    lattice = fixture_lattice()
+    assert reduction(lattice, RescoreOptions(max_expanded_arcs=8_000), 4) == (True, 8_000)
+    assert reduction(lattice, RescoreOptions(auto_prune=False), 4) == (True, DEFAULT_MAX_EXPANDED_ARCS)
+    assert reduction(lattice, RescoreOptions(target_expanded_arcs=None), 4) == (True, DEFAULT_MAX_EXPANDED_ARCS)
+    assert not reduction(lattice, RescoreOptions(determinize="never"), 4).reduce
+    assert not reduction(lattice, RescoreOptions(posteriors=True), 4).reduce
+    assert reduction(chain(50), RescoreOptions(determinize="always"), 4) == (True, DEFAULT_MAX_EXPANDED_ARCS)
+    # dense but already under the target: expanded whole
+    tiny = random_lattice(0, num_states=5, extra_arcs=3)
+    assert not reduction(tiny, RescoreOptions(), 1).reduce
+
+
+def test_the_target_equal_to_the_limit_is_the_old_single_budget():
+    """``--target-arcs`` equal to ``--max-arcs`` (or no target): one budget, as before the target."""
+    lattice = fixture_lattice()
     lm = scorer(rho=4)
     budget = 20_000
     with pytest.raises(Exception, match="budget"):  # as it is, it does not fit
         rescore(lattice, lm, replacing_options(determinize="never", max_expanded_arcs=budget, auto_prune=False))
-    (result,) = rescore(lattice, lm, replacing_options(max_expanded_arcs=budget))
-    assert result.stats["expanded_arcs"] <= budget
-    assert result.pruned is not None and result.pruned["arcs_before"] == lattice.num_arcs
-    stages = result.stats["stages"]
-    assert [s["stage"] for s in stages][:3] == ["input", "determinize", "minimize"]
-    assert stages[0]["arcs"] == lattice.num_arcs and all(s["seconds"] >= 0 for s in stages)
-    assert result.best.words and all(w == w.lower() for w in result.best.words)
+    (same,) = rescore(lattice, lm, replacing_options(max_expanded_arcs=budget, target_expanded_arcs=budget))
+    (single,) = rescore(lattice, lm, replacing_options(max_expanded_arcs=budget, target_expanded_arcs=None))
+    assert same.pruned == single.pruned and same.pruned["budget"] == budget
+    assert same.best.words == single.best.words and same.stats["expanded_arcs"] == single.stats["expanded_arcs"]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_the_fit_finds_the_largest_fitting_beam_exactly(index):
+    """Brute force over every distinct beam of the minimized fixture lattice: the fit keeps the arcs
+    of the largest beam whose pruned lattice's bound is within the budget, and no more."""
+    lattice = fixture_lattice(index)
+    reduced = reduce_lattice(lattice, 4, None, {"acoustic": 1.0, "graph": 1.0}, acoustic_scale=0.1, word_penalty=0.0,
+                             determinize_beam=12.0, fit=False)
+    small = reduced.lattice
+    budget = int(expansion_bound(small, 4) // 7)
+    fitted, beam, bound = _fit(small, 4, budget, 0.1, 0.0, {}, frozenset(), None)
+    assert bound <= budget and expansion_bound(fitted, 4, frozenset()) == bound
+    scores, finals = first_pass_scores(small, 0.1, 0.0, {}, frozenset())
+    through = Dag(small.num_states, small.start, small.src, small.dst, scores, small.finals, finals,
+                  small.levels).arc_best_scores().numpy()
+    best = through.max()
+    gaps = np.unique(best - through)
+    fitting = [g for g in gaps if expansion_bound(small.subset(torch.from_numpy(through >= best - g - 1e-9 * (1 + abs(best)))),
+                                                  4, frozenset()) <= budget]
+    assert beam == pytest.approx(max(fitting), abs=1e-12)
+    assert fitted.num_arcs == int((through >= best - beam - 1e-9 * (1 + abs(best))).sum())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_bound_of_kept_arcs_is_the_bound_of_the_subset(seed):
+    lattice = random_lattice(seed, num_states=9, extra_arcs=14)
+    scores, finals = first_pass_scores(lattice, 0.1, 0.0)
+    through = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, scores, lattice.finals, finals,
+                  lattice.levels).arc_best_scores()
+    for beam in (0.0, 0.5, 2.0, 1e9):
+        keep = through >= through.max() - beam - 1e-9 * (1 + abs(float(through.max())))
+        for rho in (1, 3):
+            assert expansion_bound(lattice, rho, keep=keep.numpy()) == expansion_bound(lattice.subset(keep), rho)

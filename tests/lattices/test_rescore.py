@@ -230,14 +230,15 @@ def test_auto_prune_shrinks_until_the_budget_fits():
     for determinize in ("never", "auto"):  # the input pruned; or determinized, minimized and fitted
         result = rescore(lattice, scorer, replacing_options(acoustic_scale=0.1, max_expanded_arcs=budget,
                                                             determinize=determinize))[0]  # auto_prune: the default
-        assert result.pruned is not None and result.stats["expanded_arcs"] <= budget
+        assert result.stats["expanded_arcs"] <= budget
         if determinize == "never":
-            assert result.pruned["arcs_after"] < lattice.num_arcs
-        else:
+            assert result.pruned is not None and result.pruned["arcs_after"] < lattice.num_arcs
+        else:  # exact determinization and minimization may be enough: then nothing is reported as pruned
             stages = [s["stage"] for s in result.stats["stages"]]
             assert stages[:3] == ["input", "determinize", "minimize"]  # a fit stage only where still too large
-            assert result.pruned["expansion_bound"] >= result.stats["expanded_arcs"]
-            assert ("fit" in stages) == ("budget" in result.pruned)
+            assert ("fit" in stages) == (result.pruned is not None and "budget" in result.pruned)
+            if result.pruned is not None:
+                assert result.pruned["expansion_bound"] >= result.stats["expanded_arcs"]
     assert result.best.lm_logprob == pytest.approx(sentence_logprob(model, result.best.words), abs=1e-4)
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lm.checkpoint import load_checkpoint
 from lm.corpus import load_corpus
-from lm.output import picked_log_softmax, resolve_score_precision
+from lm.output import _log_sum_exp, logsumexp_in_place, picked_log_softmax, resolve_score_precision
 from lm.scorer import LMScorer, sentence_pairs
 from tests.factories import DEVICES, make_model, random_sentences, shared_data_file, tiny_vocab
 
@@ -42,6 +42,47 @@ def test_fp32_picks_the_log_softmax(device):
     got = picked_log_softmax(features, weight, bias, rows, cols, "fp32")
     assert torch.isneginf(got[:3]).all() and torch.isfinite(got[3:]).all()
     assert torch.allclose(got[3:], expected[3:], atol=2e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_in_place_log_sum_exp_is_torchs_bit_for_bit(device):
+    """Peaked rows, blocked (-inf) ids, a row blocked everywhere, huge and tiny values, rows of one
+    column: the same float32 bits as ``torch.logsumexp``, written over its input."""
+    features, weight, bias = peaked_layer(device)
+    g = torch.Generator().manual_seed(5)
+    cases = [F.linear(features, weight, bias),
+             torch.randn(33, 1001, generator=g).to(device) * 1e3,
+             torch.randn(7, 1, generator=g).to(device),
+             torch.full((4, 50), float("-inf"), device=device),
+             torch.cat([torch.randn(5, 300, generator=g) - 1e4, torch.randn(5, 300, generator=g) * 1e-7]).to(device)]
+    cases[0][17] = float("-inf")  # a row whose every id is blocked
+    for values in cases:
+        expected = torch.logsumexp(values, dim=1)
+        got = logsumexp_in_place(values.clone())
+        assert got.dtype == torch.float32 and torch.equal(got.isneginf(), expected.isneginf())
+        assert torch.equal(got[~expected.isneginf()], expected[~expected.isneginf()])  # bit for bit
+
+
+def allocated_bytes(work) -> int:
+    """Bytes of CPU memory the torch operators of ``work()`` allocate (each operator's own, from
+    the profiler's memory events; in-place results and views allocate none)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    return sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
+
+
+def test_the_output_layers_log_sum_exp_makes_no_other_vocabulary_sized_tensor():
+    """The fp32 path allocates the (N, V) logits and only (N,) vectors besides; torch.logsumexp on
+    the same logits allocates another (N, V) tensor (measured here, so the check can fail)."""
+    features, weight, bias = peaked_layer("cpu", vocab=20_000, rows=100)
+    logits_bytes = 100 * 20_000 * 4
+    ours = allocated_bytes(lambda: _log_sum_exp(features, weight, bias, "fp32", None, 0))
+    theirs = allocated_bytes(lambda: torch.logsumexp(F.linear(features, weight, bias), dim=1))
+    assert logits_bytes <= ours < logits_bytes + 64 * 100 and theirs >= 2 * logits_bytes, (ours, theirs)
+    assert torch.equal(_log_sum_exp(features, weight, bias, "fp32", None, 0),
+                       torch.logsumexp(F.linear(features, weight, bias), dim=1))
 
 
 @pytest.mark.parametrize("device", DEVICES)
