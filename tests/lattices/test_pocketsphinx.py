@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from lattices.formats import guess_format, output_format, read_lattice_file, read_lattices, write_lattices
-from lattices.formats.htk import read_htk
-from lattices.formats.pocketsphinx import (DEFAULT_ASCALE, implied_lm_scores, is_filler, posterior_arc_scores,
-                                           read_pocketsphinx)
+from lattices.formats.htk import check_slf_ids, parse_slf, read_htk, slf_meta
+from lattices.formats.pocketsphinx import (DEFAULT_ASCALE, _assemble, _columns, _fast_columns, implied_lm_scores,
+                                           is_filler, posterior_arc_scores, read_pocketsphinx)
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.search import Dag
 from tests.factories import levenshtein
@@ -442,3 +442,95 @@ def test_a_directory_of_decoder_lattices_is_an_input(tmp_path) -> None:
     empty.mkdir()
     with pytest.raises(LatticeFormatError, match="no lattice file in this directory"):
         read_lattice_file(empty)
+
+
+# ------------------------------------------------------------------- the fast path and the line parser
+def _line_parsed(text: str, source: str | None = None) -> Lattice:
+    """The lattice the line parser makes of ``text`` (what read_pocketsphinx gives for anything but
+    a text exactly as PocketSphinx writes it)."""
+    slf = parse_slf(text, source)
+    meta, log_base = slf_meta(slf)
+    check_slf_ids(slf)
+    return _assemble(_columns(slf, meta, log_base))
+
+
+def _assert_identical(a: Lattice, b: Lattice) -> None:
+    assert (a.key, a.num_states, a.start, a.symbols, a.meta) == (b.key, b.num_states, b.start, b.symbols, b.meta)
+    for name in ("src", "dst", "words", "acoustic", "graph", "finals", "final_acoustic", "final_graph"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and torch.equal(x, y), name  # bit for bit
+    for mine, theirs in ((a.arc_extra, b.arc_extra), (a.state_extra, b.state_extra)):
+        assert mine.keys() == theirs.keys()
+        for key, value in mine.items():
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == theirs[key].dtype and torch.equal(value.nan_to_num(-7.0),
+                                                                        theirs[key].nan_to_num(-7.0)), key
+            else:
+                assert value == theirs[key], key
+
+
+def _edits(text: str) -> dict[str, str]:
+    """Edited fixtures still exactly in PocketSphinx's layout: a real word at the end node, fillers
+    and odd spellings mid-lattice, posteriors in other %g forms, a node off every path."""
+    first_word = re.search(r"\nI=(\d+)\tt=(\S+)\tW=([a-z']+)\t", text)
+    assert first_word is not None
+    n, links = (int(v) for v in re.search(r"N=(\d+)\tL=(\d+)", text).groups())
+    return {
+        "real end word": text.replace("W=!SENT_END", "W=end", 1),
+        "filler": text.replace(first_word.group(0), first_word.group(0).replace(first_word.group(3), "[NOISE]")),
+        "odd spellings": text.replace("\tW=a\t", "\tW=a=b\t").replace("\tW=the\t", "\tW=The's\t"),
+        "posterior forms": re.sub(r"p=0\.0(\d)(\d+)\n", r"p=\1.\2e-02\n", text, count=40).replace("p=1\n", "p=1.0\n"),
+        "orphan node": text.replace(f"N={n}\tL={links}", f"N={n + 1}\tL={links + 1}")
+                           .replace("#\n# Link definitions", f"I={n}\tt=0.20\tW=orphan\tv=1\n#\n# Link definitions")
+                       + f"J={links}\tS={n}\tE=0\ta=-3.000000\tp=0.001\n",
+    }
+
+
+@pytest.mark.parametrize("path", LATTICE_FILES, ids=IDS)
+def test_the_fast_path_and_the_line_parser_agree(path: Path, real: dict[str, tuple[str, Lattice]]) -> None:
+    text, lattice = real[path.name.split(".")[0]]
+    assert _fast_columns(text, str(path)) is not None  # exactly as written: the fast path
+    _assert_identical(lattice, _line_parsed(text, str(path)))
+    for name, edited in _edits(text).items():
+        assert edited != text and _fast_columns(edited, "e.slf") is not None, name
+        _assert_identical(read_pocketsphinx(edited, "e.slf"), _line_parsed(edited, "e.slf"))
+    assert read_pocketsphinx(_edits(text)["orphan node"]).meta["ps_trimmed_states"] == 1
+
+
+def test_anything_else_goes_through_the_line_parser() -> None:
+    """Not PocketSphinx's exact layout: the fast path declines, the line parser reads the same lattice."""
+    text = _text(LATTICE_FILES[3])
+    lattice = read_pocketsphinx(text, "u.slf")
+    nodes = re.findall(r"I=[^\n]*\n", text)
+    others = {
+        "CRLF": text.replace("\n", "\r\n"),
+        "spaces": text.replace("\t", " "),
+        "no final newline": text.rstrip("\n"),
+        "nodes in another order": text.replace(nodes[0] + nodes[1], nodes[1] + nodes[0]),
+        "a blank line": text.replace("#\n# Link definitions", "\n#\n# Link definitions"),
+        "a= as %g": text.replace("a=-19.557422\t", "a=-19.557422e0\t"),
+    }
+    for name, other in others.items():
+        assert other != text and _fast_columns(other, "u.slf") is None, name
+        _assert_identical(read_pocketsphinx(other, "u.slf"), lattice)
+
+
+@pytest.mark.parametrize(("change", "line", "field"), [
+    (("p=0.3\nJ=5", "p=1e+999\nJ=5"), 27, "p"),  # the fast layout, a number that is not finite
+    (("J=6\tS=1", "J=5\tS=1"), 29, "J"),  # an id twice
+    (("I=5\tt=0.10", "I=9\tt=0.10"), 18, "I"),  # an id out of range
+    (("start=6", "start=7"), 6, "start"),
+])
+def test_errors_in_the_fast_layout_name_the_line(change: tuple[str, str], line: int, field: str) -> None:
+    assert change[0] in SMALL and _fast_columns(SMALL, "bad.lat") is not None
+    with pytest.raises(LatticeFormatError) as info:
+        read_pocketsphinx(SMALL.replace(change[0], change[1], 1), "bad.lat")
+    assert (info.value.source, info.value.line, info.value.field) == ("bad.lat", line, field)
+
+
+def test_a_cycle_in_the_fast_layout_is_the_line_parsers_error() -> None:
+    text = SMALL.replace("N=7\tL=8", "N=7\tL=9") + "J=8\tS=1\tE=4\ta=-1.000000\tp=0.1\n"
+    assert _fast_columns(text, "cyclic.lat") is not None
+    with pytest.raises(LatticeFormatError, match="cycle") as info:
+        read_pocketsphinx(text, "cyclic.lat")
+    assert info.value.source == "cyclic.lat" and info.value.field == "E"
