@@ -6,6 +6,7 @@ import gzip
 import math
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -298,16 +299,135 @@ _DICTS = st.dictionaries(st.sampled_from(["arcs", "aux_labels", "lm_scores", "sc
                          _VALUES, max_size=5)
 
 
+SYMBOLS = ("<eps>", *(f"w{i}" for i in range(1, 10)))
+_F32 = st.floats(-100, 100, width=32, allow_nan=False)
+
+
+@st.composite
+def k2_fsas(draw) -> tuple[int, list[tuple[int, int, int, float]], list[int] | None, list[float] | None]:
+    """One valid k2 FSA as k2 would hold it: (num_states, arcs sorted by source, aux_labels or
+    None, lm_scores or None). A chain 0 -> ... -> n-2 and forward arcs among those states, and
+    -1 arcs into the final state n-1 (from n-2 at least)."""
+    n = draw(st.integers(2, 6))
+    pairs = [(i, i + 1) for i in range(n - 2)] + draw(st.lists(
+        st.tuples(st.integers(0, n - 2), st.integers(0, n - 2)).filter(lambda p: p[0] < p[1]), max_size=4))
+    rows = [(s, d, draw(st.integers(0, 9)), draw(_F32)) for s, d in pairs]
+    rows += [(s, n - 1, -1, draw(_F32)) for s in sorted({n - 2, *draw(st.lists(st.integers(0, n - 2), max_size=2))})]
+    rows.sort(key=lambda row: row[0])
+    aux = [-1 if row[2] == -1 else draw(st.integers(0, 9)) for row in rows] if draw(st.booleans()) else None
+    lm = [0.0 if row[2] == -1 else draw(_F32) for row in rows] if draw(st.booleans()) else None
+    return n, rows, aux, lm
+
+
+def expected_arcs(fsa) -> list[tuple[int, int, str, float, float]]:
+    """(src, dst, word, acoustic, graph) of each arc by k2's conventions (module docstring): the
+    word is the aux label, else the label, -1 being epsilon; graph = lm_scores (0 without),
+    acoustic = score - lm_scores, from the float32 values k2 keeps."""
+    _, rows, aux, lm = fsa
+    out = []
+    for i, (src, dst, label, score) in enumerate(rows):
+        word = (aux[i] if aux is not None else label)
+        graph = float(numpy.float32(lm[i])) if lm is not None else 0.0
+        out.append((src, dst, SYMBOLS[max(word, 0)], float(numpy.float32(score)) - graph, graph))
+    return out
+
+
+def spelled_arcs(lattice: Lattice) -> list[tuple[int, int, str, float, float]]:
+    return [(int(s), int(d), lattice.symbols[int(w)], float(a), float(g)) for s, d, w, a, g in
+            zip(lattice.src, lattice.dst, lattice.words, lattice.acoustic, lattice.graph)]
+
+
+def as_dict(fsa) -> dict[str, object]:
+    _, rows, aux, lm = fsa
+    d = k2_dict(rows)
+    if aux is not None:
+        d["aux_labels"] = torch.tensor(aux, dtype=torch.int32)
+    if lm is not None:
+        d["lm_scores"] = torch.tensor(lm, dtype=torch.float32)
+    return d
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(_DICTS, st.lists(_DICTS, max_size=3), _VALUES))
-def test_fuzz_random_structures(obj: object) -> None:
+@given(st.lists(k2_fsas(), min_size=1, max_size=3), st.sampled_from(["dict", "list", "vec"]))
+def test_fuzz_valid_fsas_read_as_k2_defines_them(fsas, layout: str) -> None:
+    if layout == "vec":
+        # one FsaVec: the per-arc attributes run over all FSAs, so all or none have them
+        fsas = [(n, rows, [-1 if r[2] == -1 else r[2] for r in rows], [0.0] * len(rows)) for n, rows, _, _ in fsas]
+        obj = fsa_vec_dict([(n, rows) for n, rows, _, _ in fsas],
+                           aux_labels=torch.tensor(sum((aux for _, _, aux, _ in fsas), []), dtype=torch.int32),
+                           lm_scores=torch.zeros(sum(len(rows) for _, rows, _, _ in fsas), dtype=torch.float32))
+    elif layout == "dict":
+        fsas, obj = fsas[:1], as_dict(fsas[0])
+    else:
+        obj = [as_dict(fsa) for fsa in fsas]
+    lattices = read_k2(obj, symbols=SYMBOLS, source="x.pt")
+    assert len(lattices) == len(fsas)
+    for lattice, fsa in zip(lattices, fsas):
+        assert (lattice.num_states, lattice.start, lattice.finals.tolist()) == (fsa[0], 0, [fsa[0] - 1])
+        assert spelled_arcs(lattice) == expected_arcs(fsa)
+        assert (lattice.final_acoustic.tolist(), lattice.final_graph.tolist()) == ([0.0], [0.0])
+
+
+@st.composite
+def broken_fsas(draw) -> tuple[dict[str, object], str, str]:
+    """(a valid single-FSA dict with one thing broken, the field the error must name, a phrase
+    the message must hold)."""
+    fsa = draw(k2_fsas())
+    n, rows, aux, lm = fsa
+    inner = [i for i, row in enumerate(rows) if row[2] != -1]
+    kind = draw(st.sampled_from(["aux -1", "aux id", "lm length", "label", "label id"]))
+    if kind in ("aux -1", "aux id") and inner:
+        aux = [-1 if row[2] == -1 else 0 for row in rows]
+        k = draw(st.sampled_from(inner))
+        aux[k] = -1 if kind == "aux -1" else len(SYMBOLS) + draw(st.integers(0, 5))
+        d = as_dict((n, rows, aux, lm))
+        return d, "aux_labels", f"arc {k} has aux_label -1" if kind == "aux -1" else f"word id {aux[k]} is outside"
+    if kind == "lm length":
+        d = as_dict(fsa)
+        d["lm_scores"] = torch.zeros(len(rows) + draw(st.sampled_from([-1, 1, 3])), dtype=torch.float32)
+        return d, "lm_scores", "one per arc"
+    if kind == "label" and inner:
+        k = draw(st.sampled_from(inner))
+        rows = [(s, d, -draw(st.integers(2, 9)) if i == k else w, x) for i, (s, d, w, x) in enumerate(rows)]
+        return as_dict((n, rows, None, lm)), "arcs", f"label {rows[k][2]} is negative"
+    k = draw(st.sampled_from(inner)) if inner else None
+    if k is None:  # only -1 arcs: give the arcs a wrong type instead
+        d = as_dict(fsa)
+        d["arcs"] = d["arcs"].tolist()
+        return d, "arcs", "must be an int32 tensor"
+    rows = [(s, d, len(SYMBOLS) + 3 if i == k else w, x) for i, (s, d, w, x) in enumerate(rows)]
+    return as_dict((n, rows, None, lm)), "arcs", f"word id {len(SYMBOLS) + 3} is outside"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broken_fsas())
+def test_fuzz_a_broken_fsa_names_its_field(case) -> None:
+    d, field, phrase = case
+    with pytest.raises(LatticeFormatError) as info:
+        read_k2(d, symbols=SYMBOLS, source="x.pt")
+    assert info.value.field == field and phrase in info.value.reason, str(info.value)
+    assert info.value.source == "x.pt"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(k2_fsas().map(lambda fsa: (fsa, as_dict(fsa))),
+                 st.one_of(_DICTS, st.lists(_DICTS, max_size=3), _VALUES).map(lambda obj: (None, obj))))
+def test_fuzz_random_structures(case) -> None:
+    """Random structures (valid FSAs among them): a valid FSA reads as k2 defines it, and
+    whatever else is read survives the writer."""
+    fsa, obj = case
     try:
-        lattices = read_k2(obj)  # type: ignore[arg-type]
-    except LatticeFormatError:
+        lattices = read_k2(obj, symbols=SYMBOLS if fsa is not None else None)  # type: ignore[arg-type]
+    except LatticeFormatError as err:
+        assert fsa is None, str(err)
         return
+    if fsa is not None:
+        (lattice,) = lattices
+        assert spelled_arcs(lattice) == expected_arcs(fsa)
     for lattice in lattices:
         assert isinstance(lattice, Lattice)
-        write_k2([lattice])
+        (again,) = read_k2(write_k2([lattice]), symbols=lattice.symbols)
+        assert best_score(again) == pytest.approx(best_score(lattice), abs=1e-4)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
