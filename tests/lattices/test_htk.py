@@ -289,13 +289,91 @@ def test_key_from_source_when_no_utterance() -> None:
 
 
 # ----------------------------------------------------------------------------------------- fuzzing
+_HTK_WORDS = st.sampled_from(["!NULL", "a", "the", "<s>", "</s>", "!SIL", "é"])
+
+
+@st.composite
+def slf_files(draw) -> tuple[list[str], dict]:
+    """(lines of a valid SLF file, what it holds by the module docstring: states, start, finals,
+    arcs (src, dst, word, acoustic, graph) in link-id order). A chain 0 -> ... -> n-1 and forward
+    links, node and link lines in any order, words on nodes or on links, scores in base e or 10."""
+    n = draw(st.integers(2, 6))
+    pairs = [(i, i + 1) for i in range(n - 1)] + draw(st.lists(
+        st.tuples(st.integers(0, n - 2), st.integers(1, n - 1)).filter(lambda p: p[0] < p[1]), max_size=4))
+    pairs = draw(st.permutations(pairs))
+    on_nodes = draw(st.booleans())
+    base = draw(st.sampled_from([None, 10.0]))
+    scale = math.log(base) if base else 1.0
+    node_words = ["!NULL"] + [draw(_HTK_WORDS) for _ in range(n - 1)]
+    nodes = [f"I={i} t={i / 10:.2f}" + (f" W={node_words[i]}" if on_nodes else "") for i in range(n)]
+    links, arcs = [], []
+    for j, (src, dst) in enumerate(pairs):
+        a, l = draw(st.integers(-10**5, 0)) / 100, draw(st.integers(-10**4, 0)) / 100
+        word = node_words[dst] if on_nodes else draw(_HTK_WORDS)
+        links.append(f"J={j} S={src} E={dst}" + ("" if on_nodes else f" W={word}") + f" a={a} l={l}")
+        arcs.append((src, dst, "<eps>" if word == "!NULL" else word, a * scale, l * scale))
+    header = ["VERSION=1.0", "UTTERANCE=u7", "lmscale=12.0"] + ([f"base={base:g}"] if base else [])
+    lines = header + [f"N={n} L={len(pairs)}"] + draw(st.permutations(nodes + links))
+    return lines, {"num_states": n, "start": 0, "finals": [n - 1], "arcs": arcs}
+
+
+@st.composite
+def broken_slf_files(draw) -> tuple[str, int, str]:
+    """(a valid file with one link or node line broken, its 1-based line number, the broken line)."""
+    lines, held = draw(slf_files())
+    kind = draw(st.sampled_from(["end", "score", "node id", "link id"]))
+    row = draw(st.sampled_from([i for i, line in enumerate(lines)
+                                if line.startswith("I=" if kind == "node id" else "J=")]))
+    fields = lines[row].split()
+    if kind == "end":
+        fields[2] = f"E={held['num_states'] + draw(st.integers(0, 5))}"
+    elif kind == "score":
+        name = draw(st.sampled_from(["a=", "l="]))
+        index = next(i for i, f in enumerate(fields) if f.startswith(name))
+        fields[index] = fields[index][:2] + draw(st.sampled_from(["x", "", "1..2", "nan"]))
+    else:
+        fields[0] = fields[0][:2] + draw(st.sampled_from(["x", "-1", "1.5", ""]))
+    lines[row] = " ".join(fields)
+    return "\n".join(lines) + "\n", row + 1, lines[row]
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(alphabet=st.sampled_from(list('IJSEWNLatlv=0123456789 .-"\\#\n!<>')), max_size=200))
-def test_fuzz_random_text(text: str) -> None:
+@given(slf_files())
+def test_fuzz_valid_files_read_as_written(case) -> None:
+    lines, held = case
+    lattice = read_htk("\n".join(lines) + "\n", source="x.lat")
+    assert (lattice.num_states, lattice.start, lattice.finals.tolist()) == (held["num_states"], 0, held["finals"])
+    got = spelled_arcs(lattice)
+    assert [arc[:3] for arc in got] == [arc[:3] for arc in held["arcs"]]
+    for (_, _, _, a, g), (_, _, _, ea, eg) in zip(got, held["arcs"]):
+        assert (a, g) == pytest.approx((ea, eg), rel=1e-12, abs=1e-12)
+    assert lattice.key == "u7" and lattice.meta["lmscale"] == 12.0
+    assert (lattice.final_acoustic.tolist(), lattice.final_graph.tolist()) == ([0.0], [0.0])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broken_slf_files())
+def test_fuzz_a_broken_line_is_named(case) -> None:
+    text, line, shown = case
+    with pytest.raises(LatticeFormatError) as info:
+        read_htk(text, source="x.lat")
+    assert info.value.line == line and info.value.source == "x.lat", (shown, str(info.value))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(slf_files().map(lambda case: (case[1], "\n".join(case[0]))), st.text(
+    alphabet=st.sampled_from(list('IJSEWNLatlv=0123456789 .-"\\#\n!<>')), max_size=200).map(lambda t: (None, t))))
+def test_fuzz_random_text(case) -> None:
+    """Random text (valid files among it): a valid file reads as it says, anything read
+    survives the writer."""
+    held, text = case
     try:
         lattice = read_htk(text)
-    except LatticeFormatError:
+    except LatticeFormatError as err:
+        assert held is None, str(err)
         return
+    if held is not None:
+        assert [arc[:3] for arc in spelled_arcs(lattice)] == [arc[:3] for arc in held["arcs"]]
     assert isinstance(lattice, Lattice)
     assert_round_trip(lattice)
 
