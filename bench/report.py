@@ -622,9 +622,9 @@ def pocketsphinx_wer_table(results: Path) -> list[str]:
     reference = systems.get(data["reference"], {}).get("label", data["reference"])
     lines = ["## Does exact lattice rescoring pay? PocketSphinx lattices (`python -m bench.pocketsphinx_wer_table`)",
              "", f"`{data['command']}`: the audio is {data['audio']}. Sets: {sets}. Each system tuned by afp tune's "
-             f"joint search ({data['tuning']['restarts']} restarts, {data['tuning']['folds']} folds, the decoder's "
-             "1-best as baseline) on one set and applied to the other; WER in percent on the set it was "
-             "applied to. Differences: WER minus that of the decoder's 1-best / of "
+             f"joint search (random restarts: {data['tuning']['restarts']}, cross-validation folds: "
+             f"{data['tuning']['folds']}, the decoder's 1-best as baseline) on one set and applied to the other; "
+             "WER in percent on the set it was applied to. Differences: WER minus that of the decoder's 1-best / of "
              f"{reference}, matched-pairs p and bootstrap 95% interval. Seconds per utterance: rescoring the applied "
              f"set after reading it, {_where(data)}; tuning seconds apart (scoring the tuning set and the search). "
              f"Kaldi-style: histories merged at {data['kaldi_history']} words"
