@@ -292,3 +292,39 @@ def test_untuned_defaults_are_the_same_at_every_door(tmp_path, capsys):
     runs.append(answers([res[0].to_json() for res in afp.load_model(model).rescore(str(folder))]))
     assert runs[0][0][3:] == (0.6, 0.15, {"decoder": 0.6, "ctc": 0.4})
     assert all(run == runs[0] for run in runs[1:]), runs
+
+
+@pytest.mark.parametrize("target", [None, 3_000])
+def test_a_dense_lattice_is_made_small_alike_at_every_door(tmp_path, capsys, target):
+    """A real PocketSphinx lattice (dense: its order-3 expansion bound is 276 times its links) at the
+    default target (20,000) and at ``--target-arcs 3000`` / ``target_arcs`` / ``target_arcs=``:
+    ``afp rescore``, ``--workers 2``, ``POST /v1/rescore`` and ``afp.Model.rescore`` reduce it to the
+    same lattice (the same stages and pruning report) and choose the same words with the same score."""
+    import gzip
+
+    import afp
+
+    model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)
+    source = sorted((Path(__file__).parent / "fixtures" / "pocketsphinx").glob("*0920.slf.gz"))[0]
+    lattice = tmp_path / "utt.slf"
+    lattice.write_bytes(gzip.decompress(source.read_bytes()))
+    flags = [] if target is None else ["--target-arcs", str(target)]
+    fields = {} if target is None else {"target_arcs": target}
+
+    def answer(row: dict) -> tuple:
+        stages = [(s["stage"], s["states"], s["arcs"]) for s in row["stages"]]
+        return (row["best"]["words"], round(row["best"]["score"], 4), row["expanded_arcs"], stages,
+                {k: v for k, v in row["pruned"].items()})
+
+    runs = []
+    for extra in ([], ["--workers", "2"]):
+        assert main(["rescore", "--model", str(model), "--json", *flags, *extra, str(lattice)]) == 0
+        runs.append(answer(json.loads(capsys.readouterr().out.splitlines()[0])))
+    with client_for(model) as client:
+        r = client.post("/v1/rescore", json={"format": "pocketsphinx", "lattice": lattice.read_text(), **fields})
+        assert r.status_code == 200, r.text
+        runs.append(answer(r.json()["results"][0]))
+    runs.append(answer(afp.load_model(model).rescore(str(lattice), **fields)[0][0].to_json()))
+    assert all(run == runs[0] for run in runs[1:]), runs
+    assert runs[0][2] <= (target or 20_000) and [s[0] for s in runs[0][3]][:3] == ["input", "determinize", "minimize"]
+    assert ("budget" in runs[0][4]) == (target is not None)  # at 20,000 the minimal lattice fits unfitted
