@@ -2,16 +2,20 @@
 
     python -m bench.pocketsphinx_set --ref .../dev_clean/ref_wer.trn --name dev_clean   # the sets first
     python -m bench.pocketsphinx_set --ref .../dev_other/ref_wer.trn --name dev_other
-    python -m bench.pocketsphinx_rescore --model models/librispeech --budget 50000 [--limit 100]
+    python -m bench.pocketsphinx_rescore                       # the defaults, every lattice, tuned
+    python -m bench.pocketsphinx_rescore --no-tune --target 20000 --target 50000 [--limit 100]
 
 For each PocketSphinx set (runs/pocketsphinx/NAME: lattices as the decoder wrote them, its 1-best,
-the references) and expansion budget, one CPU thread, the model loaded once (its time counted):
+the references) and target size of a dense lattice's expansion (``--target``: the engine's
+``target_expanded_arcs``; default: the engine's own default, as a user runs it), one CPU thread,
+the model loaded once (its time counted):
 
 * the speed table: per lattice the seconds of reading, of each stage before expansion
   (lattices/reduce.py: determinize, minimize, fit), of expansion, LM scoring and search; the
   expanded arcs, distinct contexts and (context, word) pairs; the lattice oracle (errors of the
   best path of the input and of the lattice that was rescored); the real-time factor against the
-  audio and against the decoder's own decoding time; the process's peak memory;
+  audio and against the decoder's own decoding time; the process's peak memory after the
+  rescoring runs (before any tuning, which keeps every scored lattice);
 * the WER: weights tuned with ``afp tune``'s joint search (afp.tune.joint_tune, the Tuner scoring
   each lattice once) on one set and applied with ``afp rescore``'s engine to the other, against
   the decoder's own 1-best (hyp.trn), with the matched-pairs test and bootstrap
@@ -132,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="models/librispeech")
     parser.add_argument("--sets", nargs=2, default=["dev_clean", "dev_other"])
-    parser.add_argument("--budget", type=int, action="append", help="expansion budgets (repeat; default 50000)")
+    parser.add_argument("--target", type=int, action="append",
+                        help="target_expanded_arcs values (repeat; default: the engine's default)")
     parser.add_argument("--limit", type=int, help="the first N utterances of each set")
     parser.add_argument("--no-tune", action="store_true", help="the speed table only")
     parser.add_argument("--restarts", type=int, default=1, help="afp tune's random restarts (default 1)")
@@ -146,17 +151,20 @@ def main(argv: list[str] | None = None) -> None:
     sets = {name: load_set(name, args.limit) for name in args.sets}
     report: dict[str, Any] = {"command": "python -m bench.pocketsphinx_rescore " + " ".join(argv or []),
                               "model": args.model, "model_load_seconds": load_seconds, "environment": environment(),
-                              "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)", "budgets": {}}
-    if Path(args.out).is_file():  # keep the other budgets' runs (each entry records its own command)
+                              "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)", "targets": {}}
+    if Path(args.out).is_file():  # keep the other targets' runs (each entry records its own command)
         import json
 
-        report["budgets"] = json.loads(Path(args.out).read_text()).get("budgets", {})
-    for budget in args.budget or [50_000]:
-        base = build_options({"max_arcs": budget}, unk_default=model.loaded.default_unk_penalty)
+        report["targets"] = json.loads(Path(args.out).read_text()).get("targets", {})
+    from lattices.rescore import DEFAULT_TARGET_EXPANDED_ARCS
+
+    for budget in args.target or [DEFAULT_TARGET_EXPANDED_ARCS]:
+        base = build_options({"target_arcs": budget}, unk_default=model.loaded.default_unk_penalty)
         entry: dict[str, Any] = {"speed": {}, "wer": {}, "command": report["command"], "limit": args.limit}
         for name, data in sets.items():
             entry["speed"][name] = speed_run(data, model, base)
             print(budget, name, {k: v for k, v in entry["speed"][name].items() if k != "rows"}, flush=True)
+        entry["peak_memory_mib"] = _peak_mib()  # rescoring's own, before tuning keeps every scored lattice
         if not args.no_tune:
             for tune_set, test_set in (args.sets, args.sets[::-1]):
                 tuned = tuned_on(sets[tune_set], model, base, args.restarts, args.folds)
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
                     entry["wer"][f"tuned on {tune_set}"] = {"tune": tuned["chosen"]}
                     continue
                 chosen = TunedWeights.from_options(base.at_point(tuned["chosen"]["point"]))
-                options = build_options({"max_arcs": budget}, weights=chosen,
+                options = build_options({"target_arcs": budget}, weights=chosen,
                                         unk_default=model.loaded.default_unk_penalty)
                 result = applied(sets[test_set], model, options)
                 entry["wer"][f"tuned on {tune_set}, applied to {test_set}"] = {
@@ -173,8 +181,8 @@ def main(argv: list[str] | None = None) -> None:
                     **result}
                 print(budget, tune_set, "->", test_set, {k: v for k, v in result.items() if k != "against_decoder"},
                       flush=True)
-        entry["peak_memory_mib"] = _peak_mib()
-        report["budgets"][str(budget)] = entry
+        entry["peak_memory_mib_with_tuning"] = _peak_mib()
+        report["targets"][str(budget)] = entry
         write_json(Path(args.out), report)
 
 
