@@ -20,7 +20,8 @@ from lm.scorer import LMScorer
 from service.app import create_app
 from afp.batching import BatchingScorer
 from service.settings import Settings
-from tests.factories import saved_model, tiny_vocab
+from tests.factories import WORDS, saved_model, tiny_vocab
+from tests.lattices.test_json import valid_objects
 from tests.service.test_rescore_cli import ARCHIVE
 
 SLF = """VERSION=1.0
@@ -323,6 +324,42 @@ def test_fuzzed_rescore_bodies_never_5xx(client, body):
     assert len(json.dumps(body).encode()) < client.app.state.settings.max_body_bytes // 1000
     r = client.post("/v1/rescore", json=body)
     assert r.status_code in (200, 422), (body, r.text)
+
+
+def word_sequences(obj: dict) -> set[tuple[str, ...]]:
+    """Every start-to-final word sequence of a (small, acyclic) JSON lattice, epsilons dropped."""
+    finals, out = {f[0] for f in obj["finals"]}, set()
+
+    def walk(state: int, words: tuple[str, ...]) -> None:
+        if state in finals:
+            out.add(words)
+        for src, dst, word, _, _ in obj["arcs"]:
+            if src == state:
+                walk(dst, words + (() if word in (None, "<eps>") else (word,)))
+
+    walk(obj["start"], ())
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(valid_objects())
+def test_fuzzed_valid_lattices_get_one_of_their_own_paths(client, obj):
+    """A valid generated lattice (words of the model's vocabulary) is answered 200, and its best
+    path is one of its own word sequences, its n-best distinct ones."""
+    vocab = WORDS
+    for arc in obj["arcs"]:
+        if arc[2] not in (None, "<eps>"):
+            arc[2] = vocab[sum(map(ord, arc[2])) % len(vocab)]
+        arc[3], arc[4] = float(arc[3]) / 1e4, float(arc[4]) / 1e4  # keep the scores in a sane range
+    r = client.post("/v1/rescore", json={"format": "json", "lattice": obj, "nbest": 3})
+    assert r.status_code == 200, (obj, r.text)
+    (result,) = r.json()["results"]
+    sequences = word_sequences(obj)
+    assert result["key"] == obj["key"] and tuple(result["best"]["words"]) in sequences
+    nbest = [tuple(h["words"]) for h in result["nbest"]]
+    assert nbest[0] == tuple(result["best"]["words"]) and len(set(nbest)) == len(nbest) == min(3, len(sequences))
+    assert set(nbest) <= sequences
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
