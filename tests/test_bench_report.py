@@ -192,3 +192,65 @@ def test_throughput_scale_and_long_lattice_sections_appear_once_their_json_exist
     assert "| chain-20000 | 20,000 | 20,001 | 0.50 | 2.00 | 2.50 | 300.00 | 25.00 | 10.00 | 900.00 | 3.00 |" in text
     assert "| chain-100000 | 100,000 | 20,001 | 0.50 | 2.00 | 2.50 | 300.00 | - | - | - | - |" in text
     assert text.count("Not run yet.") == 7  # as with no JSON at all: these sections never say it
+
+
+def _ps_set(synthetic: bool, audio: str, utterances: int, first_pass: float, oracle: float) -> dict:
+    return {"synthetic": synthetic, "audio": audio, "command": f"python -m bench.pocketsphinx_set ({audio})",
+            "decoder": "pocketsphinx.Decoder(fwdflat=False)", "pocketsphinx": "5.1.1", "utterances": utterances,
+            "ref_words": 8127, "audio_seconds": 2515.27, "rtf": {"decode": 0.2005, "decode_lattice_nbest": 0.21},
+            "wer": {"first_pass": {"wer": first_pass}, "nbest50_top": {"wer": 36.6}, "nbest50_oracle": {"wer": oracle},
+                    "first_pass_or_nbest50_oracle": {"wer": 25.3}},
+            "lattice_links": {"median": 7349.5, "max": 52180, "mean": 10145.1}}
+
+
+def test_pocketsphinx_sets_section_says_which_audio_is_synthetic(tmp_path):
+    assert "bench.pocketsphinx_set" not in render(tmp_path)
+    _write(tmp_path / "pocketsphinx_sets.json", {
+        "dev_clean": _ps_set(True, "synthetic: text-to-speech", 400, 31.377, 28.559),
+        "librivox": _ps_set(False, "real speech (LibriVox)", 5, 26.76, 15.49)})
+    text = render(tmp_path)
+    assert "| set | audio | utterances | ref words | audio min | first pass (decoder 1-best) | 50-best oracle |" in text
+    assert "| dev_clean | synthetic (TTS) | 400 | 8,127 | 41.9 | 31.38 | 28.56 | 0.201 | 7,350 / 52,180 |" in text
+    assert "| librivox | real speech | 5 |" in text
+    assert "dev_clean is synthetic: text-to-speech; librivox is real speech (LibriVox)" in text
+    assert text.count("Not run yet.") == 7
+
+
+def _ps_speed(audio: float, utterances: int) -> dict:
+    totals = {"read": 6.0, "determinize_seconds": 24.0, "minimize_seconds": 1.2, "fit_seconds": 3.0,
+              "expand_seconds": 0.6, "score_seconds": 18.0, "search_seconds": 0.3, "total_seconds": 53.1,
+              "expanded_arcs": 700_000, "contexts": 300_000, "pairs": 650_000}
+    return {"utterances": utterances, "audio_seconds": audio, "totals": totals, "rtf_rescoring": 53.1 / audio,
+            "rtf_decoding": 0.2086, "oracle_wer_input": 8.375, "oracle_wer_rescored": 12.714, "rows": []}
+
+
+def test_pocketsphinx_rescore_section_renders_targets_and_skips_the_old_format(tmp_path):
+    head = {"command": "python -m bench.pocketsphinx_rescore --target 20000", "model": "models/librispeech",
+            "model_load_seconds": 0.1, "environment": {"threads": 1, "torch": "2.x"},
+            "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)"}
+    _write(tmp_path / "pocketsphinx_rescore.json", {**head, "budgets": {"20000": {
+        "speed": {"dev_clean": _ps_speed(600.0, 100)}, "wer": {}, "peak_memory_mib": 900.0}}})
+    assert "bench.pocketsphinx_rescore" not in render(tmp_path)  # the older format: no section, no error
+
+    compared = {"difference": -4.4393, "mapsswe": {"z": -3.3, "p": 0.000936}, "bootstrap": {"low": -7.07, "high": -1.71},
+                "significant": True}
+    entry = {"speed": {"dev_clean": _ps_speed(600.0, 100), "librivox": _ps_speed(30.0, 5)},
+             "peak_memory_mib": 914.99, "wer": {
+                 "tuned on dev_clean, applied to dev_other": {
+                     "tune": {"chosen": {"point": {"lm_weight": 1.25, "word_penalty": 0.8333}}},
+                     "decoder_wer": 26.4603, "rescored_wer": 22.021, "against_decoder": compared},
+                 "tuned on dev_other": {"tune": {"chosen": {"point": None}}}}}
+    _write(tmp_path / "pocketsphinx_rescore.json", {**head, "targets": {"50000": {**entry, "wer": {}},
+                                                                        "20000": entry}})
+    _write(tmp_path / "pocketsphinx_sets.json", {"librivox": _ps_set(False, "real speech", 5, 26.76, 15.49)})
+    text = render(tmp_path)
+    assert "CPU, 1 threads, torch 2.x; the audio is synthetic (text-to-speech voices, bench/pocketsphinx_set.py), " \
+           "except librivox (real speech)." in text
+    assert "| target arcs | set | utterances | read | determinize | minimize | fit | expand | score | search |" in text
+    assert ("| 20,000 | dev_clean | 100 | 0.010 | 0.040 | 0.002 | 0.005 | 0.001 | 0.030 | 0.001 | 0.089 | 0.209 "
+            "| 7,000 | 3,000 | 12.71 (8.38) | 915 |") in text
+    assert "| 20,000 | librivox | 5 | 0.200 |" in text
+    assert text.index("| 20,000 | dev_clean |") < text.index("| 50,000 | dev_clean |")  # targets in numeric order
+    assert ("| 20,000 | tuned on dev_clean, applied to dev_other | 26.46 | 22.02 | -4.44 (p 0.00094, [-7.07, -1.71], "
+            "significant) | lm 1.25, penalty 0.833 |") in text
+    assert "| 20,000 | tuned on dev_other | - | - | no weights better than the decoder's 1-best | - |" in text
