@@ -151,6 +151,28 @@ def is_mixture_dir(path: str | Path) -> bool:
     return (Path(path) / MIXTURE_FILE).is_file()
 
 
+def _part_path(directory: str | Path, model: str) -> Path:
+    """A part's path as ``mixture.json`` names it (relative to the mixture's directory) -> a path."""
+    where = Path(model)
+    return where if where.is_absolute() else Path(directory) / where
+
+
+def check_parts(models: Sequence[str | Path]) -> None:
+    """Refuse a mixture directory as a part of a new mixture (:func:`open_model` would refuse the
+    mixture written): :class:`MixtureSpecError` naming it and, where its ``mixture.json`` reads,
+    its own parts to give instead."""
+    for model in models:
+        if not is_mixture_dir(model):
+            continue
+        try:
+            data = json.loads((Path(model) / MIXTURE_FILE).read_text(encoding="utf-8"))
+            parts = [os.path.normpath(_part_path(model, part["model"])) for part in data["parts"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            parts = []
+        raise MixtureSpecError(f"{model}: a mixture (it holds {MIXTURE_FILE}) cannot be a part of a mixture"
+                               + (f"; give its parts instead: {' '.join(parts)}" if parts else ""))
+
+
 def open_model(path: str | Path, device: str = "cpu") -> Any:
     """What ``--model`` (and ``afp.load_model``, ``AFP_MODEL_DIR``) names, the one opener of every
     door: a mixture directory (``mixture.json``: its parts opened and mixed, :class:`Mixture`), or
@@ -162,8 +184,7 @@ def open_model(path: str | Path, device: str = "cpu") -> Any:
             raise MixtureSpecError(f"{Path(path) / MIXTURE_FILE}: not an {MIXTURE_FORMAT} file with parts")
         parts = []
         for part in data["parts"]:
-            where = Path(part["model"])
-            where = where if where.is_absolute() else Path(path) / where
+            where = _part_path(path, part["model"])
             if is_mixture_dir(where):
                 raise MixtureSpecError(f"{where}: a mixture's part cannot be a mixture")
             parts.append(open_single_model(where, device))
@@ -213,7 +234,9 @@ def estimate_weights(scorers: Sequence[Any], sentences: Sequence[Sequence[str]],
 def write_mixture(directory: str | Path, models: Sequence[str | Path], weights: Sequence[float],
                   estimated: dict[str, Any] | None = None) -> Path:
     """Write a mixture directory (``mixture.json``; each part's path relative to it) that
-    ``--model DIR`` loads like any model."""
+    ``--model DIR`` loads like any model. A part cannot be a mixture: :func:`check_parts` refuses
+    it before anything is written."""
+    check_parts(models)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     parts = [{"model": os.path.relpath(Path(m).resolve(), directory.resolve()), "weight": float(w)}

@@ -133,3 +133,22 @@ def test_a_mixture_keeps_its_parts_unknown_word_penalty_when_they_agree(tmp_path
     parts = tuple(SimpleNamespace(default_unk_penalty=p) for p in penalties)
     mixture = LoadedMixture(parts=parts, weights=(0.5, 0.5), path=tmp_path)
     assert mixture.default_unk_penalty == pytest.approx(expected)
+
+
+def test_afp_mix_refuses_a_mixture_as_a_part_and_names_its_parts(models, tmp_path, capsys):
+    """A mixture directory given as a part would write a mixture that cannot load: refused before
+    anything is written, in one line that names it and suggests its own parts."""
+    from afp.mixtures import check_parts, write_mixture
+
+    root, first, second = models
+    inner = write_mixture(tmp_path / "inner", [first, root / "G.arpa"], [0.6, 0.4])
+    with pytest.raises(MixtureSpecError, match="cannot be a part of a mixture") as caught:
+        write_mixture(tmp_path / "outer", [inner, second], [0.5, 0.5])
+    assert f"give its parts instead: {first} {root / 'G.arpa'}" in str(caught.value)
+    assert not (tmp_path / "outer").exists()
+    check_parts([first, root / "G.arpa"])  # plain models pass
+    dev = write_text(tmp_path / "dev.txt", [["the", "cat", "sat"], ["a", "zebra"]])
+    assert main(["mix", "--text", str(dev), "--out", str(tmp_path / "outer"), str(second), str(inner)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(inner) in err and f"instead: {first} {root / 'G.arpa'}" in err
+    assert not (tmp_path / "outer" / "mixture.json").exists()
