@@ -235,8 +235,9 @@ def cmd_ngram(args: argparse.Namespace) -> None:
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
-    from afp.mixtures import estimate_weights, open_model, scorer_of, write_mixture
+    from afp.mixtures import check_parts, estimate_weights, open_model, scorer_of, write_mixture
 
+    check_parts(args.models)  # a mixture as a part is refused before any model is loaded or scored
     sentences = _read_text(args.text, keep_empty=False)
     loaded = [open_model(path, device=_device(args.device)) for path in args.models]
     scorers = [scorer_of(m, precision=args.score_precision or "auto") for m in loaded]

@@ -135,9 +135,10 @@ def test_a_mixture_keeps_its_parts_unknown_word_penalty_when_they_agree(tmp_path
     assert mixture.default_unk_penalty == pytest.approx(expected)
 
 
-def test_afp_mix_refuses_a_mixture_as_a_part_and_names_its_parts(models, tmp_path, capsys):
+def test_afp_mix_refuses_a_mixture_as_a_part_and_names_its_parts(models, tmp_path, capsys, monkeypatch):
     """A mixture directory given as a part would write a mixture that cannot load: refused before
-    anything is written, in one line that names it and suggests its own parts."""
+    anything is written (``afp mix``: before any model is loaded or any weight estimated), in one
+    line that names it and suggests its own parts."""
     from afp.mixtures import check_parts, write_mixture
 
     root, first, second = models
@@ -148,6 +149,12 @@ def test_afp_mix_refuses_a_mixture_as_a_part_and_names_its_parts(models, tmp_pat
     assert not (tmp_path / "outer").exists()
     check_parts([first, root / "G.arpa"])  # plain models pass
     dev = write_text(tmp_path / "dev.txt", [["the", "cat", "sat"], ["a", "zebra"]])
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("afp mix loaded or scored a model before refusing a mixture as a part")
+
+    monkeypatch.setattr("afp.mixtures.open_model", not_reached)
+    monkeypatch.setattr("afp.mixtures.estimate_weights", not_reached)
     assert main(["mix", "--text", str(dev), "--out", str(tmp_path / "outer"), str(second), str(inner)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(inner) in err and f"instead: {first} {root / 'G.arpa'}" in err
