@@ -26,6 +26,7 @@ from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.scorer import LMScorer
 from tests.factories import make_model, random_lattice, replacing_options, tiny_vocab
+from tests.lattices.test_long_lattices import TinyScorer, chain
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pocketsphinx"
 
@@ -65,28 +66,6 @@ def test_determinizing_changes_no_answer(seed):
 def fixture_lattice(index: int = 0) -> Lattice:
     path = sorted(FIXTURES.glob("*.slf.gz"))[index]
     return read_pocketsphinx(gzip.decompress(path.read_bytes()).decode(), path.name)
-
-
-def chain(n: int, key: str = "chain") -> Lattice:
-    """States 0..n, arc i -> i+1 with one of four words: one path of n words."""
-    acoustic = (-10 * torch.rand(n, generator=torch.Generator().manual_seed(n), dtype=torch.float64)).tolist()
-    return Lattice.from_arcs(key, [(i, i + 1, 1 + i % 4, acoustic[i], -1.0) for i in range(n)], {n: (0.0, 0.0)},
-                             ("<eps>", "a", "b", "c", "d"))
-
-
-class TinyScorer:
-    """A 2-word-context scorer with deterministic log-probabilities (no model)."""
-
-    context_size, bos_id, eos_id, unk_id = 2, 0, 1, 2
-
-    def word_ids(self, words):
-        return torch.tensor([2 + (sum(map(ord, w)) % 50) for w in words], dtype=torch.int64)
-
-    def known(self, words):
-        return torch.ones(len(words), dtype=torch.bool)
-
-    def score(self, contexts, lengths, targets, target_context):
-        return -3.0 - 0.1 * ((targets * 7 + contexts[target_context, -1] * 3) % 11).to(torch.float32)
 
 
 def test_the_documented_defaults():
