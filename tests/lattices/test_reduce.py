@@ -137,9 +137,11 @@ def test_the_target_is_capped_by_the_limit_and_off_without_auto_prune():
     assert not reduction(lattice, RescoreOptions(determinize="never"), 4).reduce
     assert not reduction(lattice, RescoreOptions(posteriors=True), 4).reduce
     assert reduction(chain(50), RescoreOptions(determinize="always"), 4) == (True, DEFAULT_MAX_EXPANDED_ARCS)
-    # dense but already under the target: expanded whole
-    tiny = random_lattice(0, num_states=5, extra_arcs=3)
-    assert not reduction(tiny, RescoreOptions(), 1).reduce
+    # dense (5 levels of 5 parallel words) but already under the target: expanded whole
+    dense = Lattice.from_arcs("dense", [(i, i + 1, 1 + j, -1.0 * j, -1.0) for i in range(5) for j in range(5)],
+                              {5: (0.0, 0.0)}, ("<eps>", "a", "b", "c", "d", "e"))
+    assert DENSE_FACTOR * dense.num_arcs < expansion_bound(dense, 4) <= DEFAULT_TARGET_EXPANDED_ARCS
+    assert reduction(dense, RescoreOptions(), 4) == (False, DEFAULT_TARGET_EXPANDED_ARCS)
 
 
 def test_the_target_equal_to_the_limit_is_the_old_single_budget():
