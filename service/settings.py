@@ -3,6 +3,7 @@
 Every limit has a safe default; ``afp serve`` flags override the environment.
 
   AFP_MODEL_DIR            model directory (default: the bundled default model)
+  AFP_MODEL_NAME           the model's name in the server's model information (default: the directory's name)
   AFP_DEVICE               auto | cpu | cuda | cuda:N
   AFP_SCORE_PRECISION      output layer of scoring: fp32, bf16 (refined to within 1e-3 nats of
                            fp32), or auto (default: bf16 on CUDA, fp32 on CPU); lm/output.py
@@ -21,6 +22,7 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
                            request's target_arcs overrides it; RescoreOptions in lattices/rescore.py)
   AFP_MAX_NBEST            largest n-best a request may ask for
   AFP_MAX_SENTENCES        most sentences in one perplexity request
+  AFP_MAX_SENTENCE_WORDS   most words in one sentence of a perplexity request (422 above)
   AFP_REQUEST_TIMEOUT_S    a request taking longer gets 503
   AFP_BATCHING             merge concurrent requests' scoring work: true, false, or unset for auto
                            (on for CUDA, off on CPU, where bench/load_test.py measured it slower)
