@@ -73,7 +73,11 @@ def logsumexp_in_place(values: Tensor) -> Tensor:
     it overwrites: float32 ``(N, V)`` -> ``(N,)``. ``torch.logsumexp`` makes ``values - max`` and
     its ``exp`` as new ``(N, V)`` tensors; here they are made in place, the same operations in the
     same order (the row maxima, those of magnitude ``inf`` taken as 0, subtracted; ``exp``; the
-    row sums; ``log``; the maxima added back), so only ``(N,)`` vectors are allocated."""
+    row sums; ``log``; the maxima added back), so only ``(N,)`` vectors are allocated. Where
+    autograd records ``values`` (in-place steps would break its backward pass), it is
+    ``torch.logsumexp`` itself, and ``values`` is left as it is."""
+    if values.requires_grad and torch.is_grad_enabled():
+        return torch.logsumexp(values, dim=1)
     maxes = values.amax(dim=1, keepdim=True)
     maxes.masked_fill_(maxes.abs() == float("inf"), 0.0)
     return values.sub_(maxes).exp_().sum(dim=1).log_().add_(maxes.squeeze(1))

@@ -44,6 +44,22 @@ def test_fp32_picks_the_log_softmax(device):
     assert torch.allclose(got[3:], expected[3:], atol=2e-5)
 
 
+def test_picked_log_softmax_has_the_gradient_of_log_softmax():
+    """With autograd on (training, a caller's own backward pass), no in-place step breaks it: the
+    same values and gradients as ``log_softmax``."""
+    features, weight, bias = peaked_layer("cpu", vocab=50, rows=6)
+    rows, cols = torch.tensor([0, 1, 5, 5]), torch.tensor([3, 7, 8, 49])
+    grads = []
+    for pick in (lambda f, w: picked_log_softmax(f, w, bias, rows, cols, "fp32"),
+                 lambda f, w: F.linear(f, w, bias).log_softmax(dim=1)[rows, cols]):
+        f, w = features.clone().requires_grad_(), weight.clone().requires_grad_()
+        out = pick(f, w)
+        out.sum().backward()
+        grads.append((out.detach(), f.grad, w.grad))
+    for got, expected in zip(*grads):
+        assert torch.allclose(got, expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_in_place_log_sum_exp_is_torchs_bit_for_bit(device):
     """Peaked rows, blocked (-inf) ids, a row blocked everywhere, huge and tiny values, rows of one
