@@ -47,6 +47,7 @@ that beam, and a second call with that beam stays within ``max_states``.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,6 +64,10 @@ from lattices.lattice import Lattice
 
 #: residual weights that agree after rounding to this many nats are taken as equal
 DELTA = 1e-6
+
+#: the determinizer drops rows that cannot matter before grouping them when a state has more rows
+#: than this (below it, the grouping costs less than the test)
+PREFILTER_ROWS = 32
 
 Weights = Union[Mapping[str, float], Sequence[float], np.ndarray, Tensor]
 
@@ -429,7 +434,13 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
     best = float(beta[g.start])
     tolerance = 1e-9 * (1.0 + abs(best))  # the priorities sum the same scores in another order
     cutoff = -math.inf if beam is None else best - beam - tolerance
-    determinizer = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning)
+    margin = math.inf
+    if cutoff > -math.inf and not pruning and len(g.src):
+        # the largest sum of |w_c x_c| along a path and the longest path: how far rounding can
+        # take a row's pruning residual from its w . x (see _Determinizer), times a wide safety factor
+        size = float(_backward(dataclasses.replace(g, p=np.abs(g.x) @ w, fp=np.abs(g.fx) @ w), levels)[g.start])
+        margin = 1e-12 * (int(levels.max()) + 2) * (len(w) + 2) * (abs(size) + abs(best) + 1.0)
+    determinizer = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning, margin)
     out, stopped = determinizer.run()
     if report is not None:
         report["cut"] = determinizer.cut
@@ -454,19 +465,38 @@ class _Determinizer:
     state is its best). Creating a state computes its final weight and, on whole arrays, one
     transition per word leaving it (the destination subset, the arc's components, the priority);
     each becomes a task, found again by ``(state, index)``. Tasks are taken best first from a
-    heap when there is a beam or a state limit, else in creation order."""
+    heap when there is a beam or a state limit, else in creation order.
+
+    ``margin`` (pruning on ``w . x`` only): a bound, with a wide safety factor, on how far a
+    row's pruning residual and its ``w . x`` can drift apart by rounding. Rows whose best way to
+    the end is more than ``margin`` below the cutoff are dropped before the ``(word,
+    destination)`` grouping: such a row is never its group's best (a row within the beam beats
+    it by more than the rounding) nor its highest ``p``, and a group with no row left is one the
+    beam drops, so the result is the same as grouping every row, at the cost of the rows kept."""
 
     def __init__(self, g: _Graph, w: np.ndarray, beta: np.ndarray, cutoff: float, max_states: int | None,
-                 delta: float, key_on_pruning: bool) -> None:
+                 delta: float, key_on_pruning: bool, margin: float = math.inf) -> None:
         self.g, self.w, self.beta, self.cutoff, self.max_states = g, w, beta, cutoff, max_states
         self.delta, self.key_on_pruning = delta, key_on_pruning
         self.best_first = cutoff > -math.inf or max_states is not None
         # pruning on w . x, each path's pruning score is its ordering score: an element whose best
         # way to the end is outside the beam carries no best path of a sequence within the beam
         self.prune_elements = cutoff > -math.inf and not key_on_pruning
+        self.prefilter = self.prune_elements and math.isfinite(margin)
+        self.threshold = cutoff - margin  # rows below it (less the forward score) cannot matter
         order = np.lexsort((g.dst, g.word, g.src))  # arcs by (source, word, destination)
         _, self.starts = topology.arcs_by_state(g.num_states, g.src)
+        self.counts = np.diff(self.starts)
         self.word, self.dst, self.x, self.p = g.word[order], g.dst[order], g.x[order], g.p[order]
+        self.beta_dst = beta[self.dst]
+        # the (word, destination) of each arc as one int64 key, ranked in (word, destination) order
+        by_pair = np.lexsort((self.dst, self.word))
+        fresh = np.ones(len(by_pair), dtype=bool)
+        fresh[1:] = (self.word[by_pair][1:] != self.word[by_pair][:-1]) | (self.dst[by_pair][1:] != self.dst[by_pair][:-1])
+        self.pair = np.empty(len(by_pair), dtype=np.int64)
+        self.pair[by_pair] = np.cumsum(fresh) - 1
+        self.seen = np.zeros(int(fresh.sum()), dtype=bool)  # scratch: pairs kept by the prefilter
+        self.iota = np.arange(len(order) + 1, dtype=np.int64)
         self.final_pos = np.full(g.num_states, -1, dtype=np.int64)
         self.final_pos[g.finals] = np.arange(len(g.finals))
         self.forward: list[float] = []
@@ -486,30 +516,30 @@ class _Determinizer:
         arc_src: list[int] = []
         arc_index: list[int] = []
         arc_dst: list[int] = []
-        stopped, done, tasks, transitions = None, 0, self.tasks, self.transitions
-        while (done < len(tasks)) if not self.best_first else tasks:
-            if self.best_first:
-                negative, _, state, i = heapq.heappop(tasks)
+        stopped, done, tasks, transitions, forward = None, 0, self.tasks, self.transitions, self.forward
+        best_first, max_states, pop = self.best_first, self.max_states, heapq.heappop
+        while (done < len(tasks)) if not best_first else tasks:
+            if best_first:
+                negative, _, state, i = pop(tasks)
             else:
                 (state, i), negative = tasks[done], 0.0
                 done += 1
-            dst, x_res, p_res, qx, qp, bounds, _, _, arc_p, _ = transitions[state]
+            dst, x_res, p_res, keys, bounds, _, _, arc_p, _ = transitions[state]
             lo, hi = bounds[i], bounds[i + 1]
-            key = dst[lo:hi].tobytes() + qx[lo:hi].tobytes() + (b"" if qp is None else qp[lo:hi].tobytes())
+            key = keys(lo, hi)
             target = table.get(key)
             if target is None:
-                if self.max_states is not None and len(self.forward) >= self.max_states:
+                if max_states is not None and len(forward) >= max_states:
                     stopped = -negative
                     break
-                target = table[key] = self._create(dst[lo:hi], x_res[lo:hi], p_res[lo:hi],
-                                                   self.forward[state] + float(arc_p[i]))
+                target = table[key] = self._create(dst[lo:hi], x_res[lo:hi], p_res[lo:hi], forward[state] + arc_p[i])
             arc_src.append(state)
             arc_index.append(i)
             arc_dst.append(target)
         src, index = np.array(arc_src, dtype=np.int64), np.array(arc_index, dtype=np.int64)
-        offsets = np.cumsum([0] + [len(t[7]) for t in transitions])
-        words = np.concatenate([t[7] for t in transitions])
-        all_x = np.concatenate([t[6] for t in transitions])
+        offsets = np.cumsum([0] + [len(t[6]) for t in transitions])
+        words = np.concatenate([t[6] for t in transitions])
+        all_x = np.concatenate([t[5] for t in transitions])
         flat = offsets[src] + index
         fx = np.stack(self.final_x) if self.final_x else np.zeros((0, c))
         out = (len(self.forward), src, np.array(arc_dst, dtype=np.int64), words[flat], all_x[flat],
@@ -521,9 +551,9 @@ class _Determinizer:
         score ``forward``: its final weight and its transitions, queued. Returns its id.
 
         The transitions (``T`` words, ``K`` destination elements in all) are kept as
-        ``(dst (K,), x_res (K, C), p_res (K,), quantized x_res, quantized p_res or None,
-        bounds (T + 1,), arc_x (T, C), words (T,), arc_p (T,), priority (T,))``: transition
-        ``i``'s subset is rows ``bounds[i]:bounds[i + 1]``."""
+        ``(dst (K,), x_res (K, C), p_res (K,), keys, bounds (T + 1,) list, arc_x (T, C), words (T,),
+        arc_p (T,) list, priority (T,))``: transition ``i``'s subset is rows ``bounds[i]:bounds[i + 1]``
+        and ``keys(lo, hi)`` its bytes in the table of subsets (destinations and quantized residuals)."""
         g, w, state = self.g, self.w, len(self.forward)
         self.forward.append(forward)
         fpos = self.final_pos[states]
@@ -531,59 +561,124 @@ class _Determinizer:
         if is_final.any():
             cand_x, cand_p = xres[is_final] + g.fx[fpos[is_final]], pres[is_final] + g.fp[fpos[is_final]]
             if forward + cand_p.max() >= self.cutoff:
-                if len(cand_p) > 1:
-                    i, _ = best_of_groups([np.zeros(len(cand_p), np.int64)], cand_x, cand_x @ w, cand_p)
-                    cand_x = cand_x[i]
+                if len(cand_p) > 1:  # best_of_groups with one group: the first best, unless tied ones differ
+                    score = cand_x @ w
+                    i = int(score.argmax())
+                    tied = score == score[i]
+                    if int(tied.sum()) > 1 and (cand_x[tied] != cand_x[i]).any():
+                        i = int(_best_of_groups_by_components([np.zeros(len(cand_p), np.int64)], cand_x, score,
+                                                              cand_p)[0][0])
+                    cand_x = cand_x[i:i + 1]
                 self.finals.append(state)
                 self.final_x.append(cand_x[0])
             else:
                 self.cut = True
-        lo = self.starts[states]
-        owner, offset = _segments(self.starts[states + 1] - lo)
-        pos = lo[owner] + offset
-        word, dst = self.word[pos], self.dst[pos]
-        x, p = xres[owner] + self.x[pos], pres[owner] + self.p[pos]
-        score = x @ w
-        best, p = best_of_groups([word, dst], x, score, p)  # one element per (word, destination)
-        word, dst, x, score = word[best], dst[best], x[best], score[best]
-        if self.prune_elements:  # drop the elements no path within the beam goes through
-            alive = forward + p + self.beta[dst] >= self.cutoff
-            if not alive.all():
-                word, dst, x, score, p = word[alive], dst[alive], x[alive], score[alive], p[alive]
-                self.cut = True
-        new = np.ones(len(word), dtype=bool)
-        new[1:] = word[1:] != word[:-1]
-        starts = np.flatnonzero(new)
-        bounds = np.append(starts, len(word))
-        group = np.cumsum(new) - 1
-        if len(word):
-            priority = forward + np.maximum.reduceat(p + self.beta[dst], starts)
-            arc_p = np.maximum.reduceat(p, starts)
-            top_score = np.maximum.reduceat(score, starts)
-            tied = np.flatnonzero(score == top_score[group])
-            first = np.ones(len(tied), dtype=bool)
-            first[1:] = group[tied][1:] != group[tied][:-1]
-            top = tied[first]  # each word's first best element: the arc's weight ...
-            if len(tied) > len(top) and not (x[tied] == x[top[group[tied]]]).all():
-                top, _ = best_of_groups([word], x, score, p)  # ... unless tied elements differ: by components
+        # every arc of every element, elements in order, each's arcs by (word, destination)
+        if len(states) == 1:
+            lo, hi = int(self.starts[states[0]]), int(self.starts[states[0] + 1])
+            pos = self.iota[lo:hi]
+            x, p = xres[0] + self.x[lo:hi], pres[0] + self.p[lo:hi]
         else:
-            priority = arc_p = np.zeros(0)
-            top = np.zeros(0, dtype=np.int64)
+            lo, counts = self.starts[states], self.counts[states]
+            ends = counts.cumsum()
+            pos = np.repeat(lo - ends + counts, counts) + self.iota[:int(ends[-1])]
+            x, p = np.repeat(xres, counts, axis=0) + self.x[pos], np.repeat(pres, counts) + self.p[pos]
+        score = x @ w
+        if self.prefilter and len(pos) > PREFILTER_ROWS:  # drop the rows that cannot matter (class docstring)
+            near = p + self.beta_dst[pos] >= self.threshold - forward
+            if not near.all():
+                rows = near.nonzero()[0]
+                if not self.cut:  # a (word, destination) with no row left is cut by the beam
+                    kept = self.pair[pos[rows]]
+                    self.seen[kept] = True
+                    self.cut = not self.seen[self.pair[pos[~near]]].all()
+                    self.seen[kept] = False
+                pos, x, p, score = pos[rows], x[rows], p[rows], score[rows]
+        best, p = self._best_of_pairs(self.pair[pos], x, score, p)  # one element per (word, destination)
+        at = pos[best]
+        word, dst, x, score = self.word[at], self.dst[at], x[best], score[best]
+        if self.prune_elements:  # drop the elements no path within the beam goes through
+            alive = forward + p + self.beta_dst[at] >= self.cutoff
+            if not alive.all():
+                word, dst, x, score, p, at = word[alive], dst[alive], x[alive], score[alive], p[alive], at[alive]
+                self.cut = True
+        n = len(word)
+        new = np.empty(n, dtype=bool)
+        if n:
+            new[0] = True
+            np.not_equal(word[1:], word[:-1], out=new[1:])
+        starts = new.nonzero()[0]
+        bounds = starts.tolist()
+        bounds.append(n)
+        if len(starts) == n:  # one element per word: the arcs are the elements
+            group = top = self.iota[:n]
+            priority = forward + (p + self.beta_dst[at])
+            arc_p = p
+        else:
+            group = new.cumsum() - 1
+            priority = forward + np.maximum.reduceat(p + self.beta_dst[at], starts)
+            arc_p = np.maximum.reduceat(p, starts)
+            tied = (score == np.maximum.reduceat(score, starts)[group]).nonzero()[0]
+            top = tied  # each word's best element (when it is the only best): the arc's weight ...
+            if len(tied) > len(starts):  # ... else the first best ...
+                first = np.ones(len(tied), dtype=bool)
+                first[1:] = group[tied][1:] != group[tied][:-1]
+                top = tied[first]
+                if not (x[tied] == x[top[group[tied]]]).all():
+                    top, _ = best_of_groups([word], x, score, p)  # ... unless tied elements differ: by components
         arc_x = x[top]
         x_res, p_res = x - arc_x[group], p - arc_p[group]
-        qx = _quantize(x_res, self.delta)
-        qp = _quantize(p_res, self.delta) if self.key_on_pruning else None
-        self.transitions.append((dst, x_res, p_res, qx, qp, bounds, arc_x, word[starts], arc_p, priority))
-        keep = np.flatnonzero(priority >= self.cutoff)
-        if len(keep) < len(priority):
-            self.cut = True
-        if self.best_first:
-            for i, value in zip(keep.tolist(), (-priority[keep]).tolist()):
-                heapq.heappush(self.tasks, (value, self.pushed, state, i))  # ties: first pushed first
-                self.pushed += 1
+        qx = _quantize(x_res, self.delta).tobytes()
+        size = 8 * x_res.shape[1]
+        dst_bytes = dst.tobytes()
+        if self.key_on_pruning:
+            qp = _quantize(p_res, self.delta).tobytes()
+
+            def keys(lo: int, hi: int) -> bytes:
+                return dst_bytes[8 * lo:8 * hi] + qx[size * lo:size * hi] + qp[8 * lo:8 * hi]
         else:
-            self.tasks.extend(zip([state] * len(keep), keep.tolist()))
+            def keys(lo: int, hi: int) -> bytes:
+                return dst_bytes[8 * lo:8 * hi] + qx[size * lo:size * hi]
+        self.transitions.append((dst, x_res, p_res, keys, bounds, arc_x, word[starts], arc_p.tolist(), priority))
+        cutoff, tasks = self.cutoff, self.tasks
+        if self.best_first:
+            push, pushed = heapq.heappush, self.pushed
+            for i, value in enumerate(priority.tolist()):
+                if value >= cutoff:
+                    push(tasks, (-value, pushed, state, i))  # ties: first pushed first
+                    pushed += 1
+                else:
+                    self.cut = True
+            self.pushed = pushed
+        else:
+            for i, value in enumerate(priority.tolist()):
+                if value >= cutoff:
+                    tasks.append((state, i))
+                else:
+                    self.cut = True
         return state
+
+    @staticmethod
+    def _best_of_pairs(key: np.ndarray, x: np.ndarray, score: np.ndarray,
+                       p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`best_of_groups` for one int64 key (the ranked ``(word, destination)``)."""
+        n = len(key)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        order = np.lexsort((-score, key))
+        k = key[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(k[1:], k[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        best = order[starts]
+        ranked = score[order]
+        if (ranked[1:] == ranked[:-1]).any():  # a score tied (within a group?): check the components
+            group = np.cumsum(new) - 1
+            tied = ranked == ranked[starts][group]
+            if int(tied.sum()) > len(starts) and (x[order[tied]] != x[best[group[tied]]]).any():
+                return _best_of_groups_by_components([key], x, score, p)
+        return best, np.maximum.reduceat(p[order], starts)
 
 
 def is_deterministic(lattice: Lattice) -> bool:

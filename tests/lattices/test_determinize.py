@@ -431,3 +431,45 @@ def test_n_best_of_a_large_lattice_survives_pruned_determinization_and_minimizat
     assert [seq for _, seq in got] == [seq for _, seq in want]
     np.testing.assert_allclose([s for s, _ in got], [s for s, _ in want], atol=1e-6)
     assert len(want) > 3
+
+
+def _determinized(lattice: Lattice, w, **kwargs) -> tuple:
+    """Everything of a determinization that must not change: the graph, the scores (bit for bit),
+    the report, and a state limit's beam."""
+    report: dict = {}
+    try:
+        out, stop = determinize(lattice, w, report=report, **kwargs), None
+    except DeterminizationTooLarge as error:
+        out, stop = error.partial, error.effective_beam
+    if out is None:
+        return None, stop, report
+    scores = [(values.tolist(), finals.tolist()) for values, finals in out.named_scores().values()]
+    return (out.num_states, out.src.tolist(), out.dst.tolist(), out.words.tolist(), out.finals.tolist(), scores,
+            stop, report)
+
+
+@pytest.mark.parametrize("components", [1, 2, 3])
+def test_dropping_rows_before_grouping_changes_nothing(monkeypatch, components):
+    """The determinizer drops a state's rows whose best way to the end is outside the beam (by more
+    than a rounding margin) before grouping them by (word, destination): the same lattice, scores
+    and report as grouping every row, on small lattices and on a large one with many paths."""
+    import lattices.determinize as module
+
+    rng = np.random.default_rng(components)
+    n, extra = 40, 300
+    src = np.concatenate([np.arange(n - 1), rng.integers(0, n - 1, extra)])
+    dst = np.concatenate([np.arange(1, n), np.minimum(src[n - 1:] + rng.integers(1, 10, extra), n - 1)])
+    words = rng.integers(0, len(SYMBOLS), len(src))
+    x = np.round(-rng.uniform(0, 3, (len(src), components)), 1)  # many ties
+    large = make_lattice([(int(s), int(d), int(k), tuple(v)) for s, d, k, v in zip(src, dst, words, x)],
+                         {n - 1: (0.0,) * components, n - 2: (-0.5,) * components}, components)
+    cases = [(large, 0.5, None), (large, 1.5, None), (large, 4.0, 30)]
+    cases += [(random_lattice(seed, components, integer=seed % 2 == 0), beam, None)
+              for seed in range(30) for beam in (0.0, 1.0, 3.0)]
+    for lattice, beam, limit in cases:
+        w = random_weights(int(beam * 10), components)
+        results = []
+        for rows in (0, 10 ** 9):
+            monkeypatch.setattr(module, "PREFILTER_ROWS", rows)
+            results.append(_determinized(lattice, w, beam=beam, max_states=limit))
+        assert results[0] == results[1], (beam, limit)
