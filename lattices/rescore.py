@@ -402,11 +402,14 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     stages = None
     plan = reduction(lattice, options, rho)
     if plan.reduce:
-        reduced = reduce_lattice(lattice, rho, plan.budget, _ordering(lattice, options, acoustic_scale, old_lm is not None),
+        exact_old = old_lm is not None
+        reduced = reduce_lattice(lattice, rho, plan.budget, _ordering(lattice, options, acoustic_scale, exact_old),
                                  acoustic_scale=acoustic_scale, word_penalty=word_penalty, score_weights=dict(own),
                                  determinize_beam=options.determinize_beam,
                                  max_states=options.max_determinized_states, fit=options.auto_prune,
-                                 skip=options.skip_words, deadline=options.deadline)
+                                 skip=options.skip_words, deadline=options.deadline,
+                                 beam_ordering=_ordering(lattice, dataclasses.replace(options, old_lm_weight=None),
+                                                         acoustic_scale, exact_old))
         lattice, stages = reduced.lattice, reduced.stats()
         if reduced.pruned is not None:
             pruned_report = {**(pruned_report or {}), **reduced.pruned}

@@ -189,3 +189,38 @@ def test_the_bound_of_kept_arcs_is_the_bound_of_the_subset(seed):
         keep = through >= through.max() - beam - 1e-9 * (1 + abs(float(through.max())))
         for rho in (1, 3):
             assert expansion_bound(lattice, rho, keep=keep.numpy()) == expansion_bound(lattice.subset(keep), rho)
+
+
+def test_a_request_that_replaces_the_old_lm_keeps_the_first_pass_beam():
+    """Tuned weights replace the old LM (weight 0). The determinization's beam must still rank
+    paths as the first pass did (the old LM in full), not by the acoustic score alone: here the
+    first pass's best sequence (B: acoustically a little worse, far better by the LM) lies outside
+    an acoustic-only beam of 1. The kept sequence still carries its best path under the request."""
+    symbols = ("<eps>", "A", "B", "C")
+    arcs = [(0, 1, 1, -1.0, -20.0), (0, 1, 2, -3.0, -1.0), (0, 1, 2, -2.5, -9.0), (1, 2, 3, -1.0, -1.0)]
+    lattice = Lattice.from_arcs("replace", arcs, {2: (0.0, 0.0)}, symbols)
+    request = {"acoustic": 1.0, "graph": 0.0}  # what the request weighs: the old LM replaced
+    first_pass = {"acoustic": 1.0, "graph": 1.0}
+
+    def sequences(reduced: Lattice) -> dict[tuple[str, ...], float]:
+        """Every word sequence of ``reduced`` (a deterministic acyclic lattice) and its acoustic score."""
+        finals = {int(f): float(a) for f, a in zip(reduced.finals, reduced.final_acoustic)}
+        out: dict[tuple[str, ...], float] = {}
+
+        def walk(state: int, words: tuple[str, ...], score: float) -> None:
+            if state in finals:
+                out[words] = score + finals[state]
+            for arc in (reduced.src == state).nonzero().flatten().tolist():
+                word = reduced.word(arc)
+                walk(int(reduced.dst[arc]), words + ((word,) if word != "<eps>" else ()), score + float(reduced.acoustic[arc]))
+
+        walk(reduced.start, (), 0.0)
+        return out
+
+    acoustic_only = reduce_lattice(lattice, 2, None, request, acoustic_scale=1.0, word_penalty=0.0,
+                                   determinize_beam=1.0, fit=False).lattice
+    ranked = reduce_lattice(lattice, 2, None, request, acoustic_scale=1.0, word_penalty=0.0, determinize_beam=1.0,
+                            fit=False, beam_ordering=first_pass).lattice
+    assert sequences(acoustic_only) == {("A", "C"): -2.0}  # B C (best: -3.5 acoustic) is 1.5 behind A C: cut
+    kept = sequences(ranked)
+    assert kept[("B", "C")] == -3.5  # B C with its best path under the request (not the first pass's, -4.0)
