@@ -219,18 +219,25 @@ def best_of_groups(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
         if span >= 2 ** 62:
             return _best_of_groups_by_components(keys, x, score, p)
         key = key * size + column
+    return _best_of_packed(key, keys, x, score, p)
+
+
+def _best_of_packed(key: np.ndarray, keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
+                    p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`best_of_groups` once its ``keys`` are packed into one int64 ``key`` ``(N,)``, ``N > 0``."""
     order = np.lexsort((-score, key))
     k = key[order]
-    new = np.empty(n, dtype=bool)
+    new = np.empty(len(key), dtype=bool)
     new[0] = True
     np.not_equal(k[1:], k[:-1], out=new[1:])
     starts = np.flatnonzero(new)
     best = order[starts]
     ranked = score[order]
-    group = np.cumsum(new) - 1
-    tied = ranked == ranked[starts][group]
-    if int(tied.sum()) > len(starts) and (x[order[tied]] != x[best[group[tied]]]).any():
-        return _best_of_groups_by_components(keys, x, score, p)
+    if (ranked[1:] == ranked[:-1]).any():  # a score tied (within a group?): check the components
+        group = np.cumsum(new) - 1
+        tied = ranked == ranked[starts][group]
+        if int(tied.sum()) > len(starts) and (x[order[tied]] != x[best[group[tied]]]).any():
+            return _best_of_groups_by_components(keys, x, score, p)
     return best, np.maximum.reduceat(p[order], starts)
 
 
@@ -662,23 +669,9 @@ class _Determinizer:
     def _best_of_pairs(key: np.ndarray, x: np.ndarray, score: np.ndarray,
                        p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:func:`best_of_groups` for one int64 key (the ranked ``(word, destination)``)."""
-        n = len(key)
-        if n == 0:
+        if len(key) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        order = np.lexsort((-score, key))
-        k = key[order]
-        new = np.empty(n, dtype=bool)
-        new[0] = True
-        np.not_equal(k[1:], k[:-1], out=new[1:])
-        starts = np.flatnonzero(new)
-        best = order[starts]
-        ranked = score[order]
-        if (ranked[1:] == ranked[:-1]).any():  # a score tied (within a group?): check the components
-            group = np.cumsum(new) - 1
-            tied = ranked == ranked[starts][group]
-            if int(tied.sum()) > len(starts) and (x[order[tied]] != x[best[group[tied]]]).any():
-                return _best_of_groups_by_components([key], x, score, p)
-        return best, np.maximum.reduceat(p[order], starts)
+        return _best_of_packed(key, [key], x, score, p)
 
 
 def is_deterministic(lattice: Lattice) -> bool:
