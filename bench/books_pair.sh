@@ -4,7 +4,8 @@
 #   bash bench/books_pair.sh afp     # its AFP-4 twin: a prediction sees exactly the last 4 tokens
 # Both train on books/ (7.6M words; books-large is out of reach for a full-history model on this
 # CPU) with the 44,122-word vocabulary of models/librispeech/afp, so perplexities compare: GRU-256,
-# adaptive softmax, dropout 0.1, 3 epochs, batch 64, Adam 0.002, one thread (the other core stays
+# adaptive softmax, dropout 0.1, 2 epochs (3 were planned; cut to 2 for both, since a fp32 epoch takes
+# about 2 hours of one core on this CPU), batch 64, Adam 0.002, one thread (the other core stays
 # free), precision auto (bf16 where the CPU computes it natively, else fp32). Resumable: a run
 # continues from runs/books-pair/<name>/resume, or from the carried state of an earlier session:
 #   python -m bench.carry pack runs/books-pair/gru-h256-exact bench/results/books-pair/carry-exact
@@ -35,5 +36,5 @@ if [ ! -f "$OUT/resume/state.json" ] && [ -f "$CARRY/state.json" ]; then
 fi
 ARGS="--data $RUN/data --out $OUT --cell gru --hidden 256 $MODEL --softmax adaptive --dropout 0.1 \
  --batch-size 64 --lr 0.002 --lr-decay 0.5 --clip 1.0 --init-range 0.05 --precision auto --num-threads 1 \
- --epochs 3 --seed 1 --checkpoint-every-minutes 10 --verbose"
+ --epochs 2 --seed 1 --checkpoint-every-minutes 10 --verbose"
 if [ -f "$OUT/resume/state.json" ]; then exec .venv/bin/afp train $ARGS --resume; else exec .venv/bin/afp train $ARGS; fi

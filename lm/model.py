@@ -459,12 +459,15 @@ class RecurrentLM(LanguageModel):
                              contexts, -1)  # padding as -1: part of the prefix, never stepped through
         owner = torch.zeros(n, dtype=torch.int64, device=contexts.device)  # each row's prefix at step t - 1
         state = self.cell.initial_state(self._projected(contexts[:1, :1]), (1,))
+        base = int(tokens.max()) + 2 if n else 1  # token + 1 in [0, base): padding -1 included
         for t in range(width):
-            prefixes, inverse = torch.unique(tokens[:, : t + 1], dim=0, return_inverse=True)
-            row = torch.empty(prefixes.shape[0], dtype=torch.int64, device=contexts.device)
+            # a prefix of step t is (its parent prefix, its token t): one int64 key per row, so a
+            # 1-D unique (a sort) finds the distinct prefixes instead of a row-wise unique(dim=0)
+            keys, inverse = torch.unique(owner * base + (tokens[:, t] + 1), return_inverse=True)
+            row = torch.empty(keys.shape[0], dtype=torch.int64, device=contexts.device)
             row.scatter_(0, inverse, torch.arange(n, device=contexts.device))  # a row of each prefix
             previous = state[owner[row]]
-            word = prefixes[:, t]
+            word = tokens[row, t]
             stepped = self.cell.step(previous, self._projected(word.clamp(min=0)))
             state = torch.where((word >= 0).view(-1, *([1] * (stepped.dim() - 1))), stepped, previous)
             owner = inverse
