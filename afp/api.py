@@ -67,7 +67,7 @@ def rescore_options(**options: Any) -> RescoreOptions:
     fields and the command-line flags: ``lm_weight`` (a number or a list), ``old_lm_weight``,
     ``acoustic_scale``, ``word_penalty``, ``unk_penalty``, ``score_weights`` (a dict), ``nbest``,
     ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``target_arcs``
-    (what a dense lattice's expansion is made small to, default 20,000), ``max_arcs`` (every
+    (what a dense lattice's expansion is made small to, default 20,000; 0: none), ``max_arcs`` (every
     lattice's limit, default 5,000,000), ``auto_prune``, ``determinize``, ``old_lm_score`` (and
     ``RescoreOptions``' own field names), by the one
     builder of every door (:func:`afp.options.build_options`; unset: ``RescoreOptions``' defaults)."""

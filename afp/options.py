@@ -9,9 +9,12 @@ one thing the engine cannot know filled in here: the model's own unknown-word pe
 
 The names are the HTTP request fields and the command-line flags (``lm_weight``, ``max_arcs``,
 ``target_arcs``, ``prune_if_too_large``...); ``RescoreOptions``' own field names are accepted too.
-The two expansion budgets (``target_arcs``: what a dense lattice is made small to, default 20,000;
-``max_arcs``: the memory limit of every lattice, default 5,000,000) are whole numbers of at least 1,
-checked here for every door (RescoreOptions' docstring says what each does). A weights file of
+The two expansion budgets (``target_arcs``: what a dense lattice is made small to, default 20,000,
+0 for none: dense lattices expanded whole up to ``max_arcs``; ``max_arcs``: the memory limit of every
+lattice, default 5,000,000) are whole numbers, as every count (``nbest``...): any integral number
+(``numpy.int64`` too), never a bool or a float. ``RescoreOptions`` checks every value (its docstring
+says what each does); a value it refuses is raised here as an :class:`OptionValueError` named as the
+caller spelled it. A weights file of
 ``afp tune --save`` (:class:`afp.weights.TunedWeights`) sets the weights it holds:
 
 * ``weights`` given by the caller (``--weights``, ``weights=``, a request's ``weights`` object):
@@ -28,15 +31,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from afp.weights import SETS, TunedWeights
-from lattices.rescore import RescoreOptions
+from lattices.rescore import RescoreOptionError, RescoreOptions
 
 __all__ = ["OptionValueError", "OptionsError", "build_options", "parse_score_weights", "RENAMED"]
 
 #: door names -> RescoreOptions field names (where they differ)
 RENAMED = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "target_arcs": "target_expanded_arcs",
            "prune_if_too_large": "auto_prune"}
-#: the options that count expanded arcs (whole numbers of at least 1)
-_ARC_BUDGETS = ("max_expanded_arcs", "target_expanded_arcs")
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RescoreOptions))
 
 
@@ -88,18 +89,18 @@ def build_options(given: Mapping[str, Any] | None = None, *, weights: TunedWeigh
         and no weights file sets one.
     Raises:
       OptionsError: an unknown option, or a weight option beside ``weights`` with ``fields_win`` off.
-      lattices.scored.WeightError / ValueError: a value ``RescoreOptions`` refuses (its message names it).
+      OptionValueError: a value ``RescoreOptions`` refuses, named as given (``target_arcs``).
+      lattices.scored.WeightError: a weight ``RescoreOptions`` refuses (its message names it).
     """
     values: dict[str, Any] = {}
+    spelled: dict[str, str] = {}  # field -> the caller's name of it
     for name, value in (given or {}).items():
         if value is None:
             continue
         field = RENAMED.get(name, name)
         if field not in _FIELDS:
             raise OptionsError(f"unknown rescoring option {name!r}", name)
-        values[field] = value
-        if field in _ARC_BUDGETS:
-            values[field] = _arc_budget(name, value)
+        values[field], spelled[field] = value, name
     if "lm_weights" in values and not isinstance(values["lm_weights"], (list, tuple)):
         values["lm_weights"] = (values["lm_weights"],)
     if "lm_weights" in values:
@@ -114,7 +115,11 @@ def build_options(given: Mapping[str, Any] | None = None, *, weights: TunedWeigh
         flags = ", ".join(sorted(set_by_caller))
         raise OptionsError(f"a weights file sets the weights: give it or {flags}, not both", sorted(set_by_caller)[0])
     values.setdefault("unk_penalty", unk_default)
-    options = RescoreOptions(**values)
+    try:
+        options = RescoreOptions(**values)
+    except RescoreOptionError as err:
+        name = spelled.get(err.field, err.field)
+        raise OptionValueError(err.naming(name), name) from None
     tuned = weights if weights is not None else default_weights
     if tuned is None:
         return options
@@ -123,11 +128,3 @@ def build_options(given: Mapping[str, Any] | None = None, *, weights: TunedWeigh
         keep = keep | {"unk_penalty"}  # a file that does not set it leaves the model's own
     return tuned.apply(options, keep=frozenset(keep))
 
-
-def _arc_budget(name: str, value: Any) -> int:
-    """An expansion budget as given (``name``: the caller's spelling): an ``int`` of at least 1, as
-    the HTTP schema's integer and the command line's whole number; anything else is an
-    :class:`OptionValueError` naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionValueError(f"{name} must be a whole number of expanded arcs, at least 1, got {value!r}", name)
-    return value

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import operator
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,10 +69,34 @@ DETERMINIZE = ("auto", "always", "never")
 #: the request field of each option (where they differ)
 _FIELDS = {"lm_weights": "lm_weight"}
 DECODERS = ("viterbi", "mbr")
+#: ``target_expanded_arcs`` at every door (``--target-arcs 0``, ``target_arcs: 0``,
+#: ``AFP_TARGET_EXPANDED_ARCS=0``, ``target_arcs=0``): no target, dense lattices expanded whole up to
+#: ``max_expanded_arcs`` (stored as None)
+NO_TARGET = 0
+#: the whole-number options and what each takes (RescoreOptions checks them)
+_WHOLE = {"nbest": "a whole number of at least 1", "mbr_nbest": "a whole number of at least 1",
+          "max_kbest_paths": "a whole number of at least 1",
+          "max_expanded_arcs": "a whole number of expanded arcs, at least 1",
+          "target_expanded_arcs": f"a whole number of expanded arcs, at least 1 ({NO_TARGET}: no target)",
+          "max_determinized_states": "a whole number of states, at least 1"}
 
 __all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "DEFAULT_MAX_EXPANDED_ARCS", "DEFAULT_TARGET_EXPANDED_ARCS",
-           "DENSE_FACTOR", "Hypothesis", "Reduction", "reduction", "default_acoustic_scale", "RescoreOptions", "RescoreResult", "prune",
-           "rescore", "rescore_scored", "score_for_options"]
+           "DENSE_FACTOR", "Hypothesis", "NO_TARGET", "Reduction", "reduction", "default_acoustic_scale", "RescoreOptionError",
+           "RescoreOptions", "RescoreResult", "prune", "rescore", "rescore_scored", "score_for_options"]
+
+
+class RescoreOptionError(ValueError):
+    """A value :class:`RescoreOptions` refuses: ``field`` names the option (its field name),
+    ``expected`` says what it takes, ``value`` is what it got. :meth:`naming` is the same message
+    under a door's spelling of the option (``target_arcs`` for ``target_expanded_arcs``)."""
+
+    def __init__(self, field: str, expected: str, value: Any) -> None:
+        self.field, self.expected, self.value = field, expected, value
+        super().__init__(self.naming(field))
+
+    def naming(self, name: str) -> str:
+        """The message with the option called ``name``."""
+        return f"{name} must be {self.expected}, got {self.value!r}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +112,10 @@ class RescoreOptions:
       made small to, for speed. Dense: its expansion bound is more than :data:`DENSE_FACTOR` (100)
       times its arcs, as a real decoder's search lattice (PocketSphinx: 1e4 and more at rho 4).
       Over the target it is determinized, minimized and fitted to the target (:mod:`lattices.reduce`),
-      and the result says what that kept. Capped by ``max_expanded_arcs``; None: no target.
+      and the result says what that kept. Capped by ``max_expanded_arcs``. :data:`NO_TARGET` (0,
+      stored as None; every door's spelling: ``--target-arcs 0``, ``target_arcs: 0``,
+      ``AFP_TARGET_EXPANDED_ARCS=0``, ``target_arcs=0``) or None: no target, a dense lattice is
+      expanded whole, exactly, up to ``max_expanded_arcs``, as every other lattice.
     * ``max_expanded_arcs`` (default :data:`DEFAULT_MAX_EXPANDED_ARCS`, 5,000,000; ``--max-arcs``,
       ``AFP_MAX_EXPANDED_ARCS``): the memory limit of every lattice. Chains, n-best lists and sparse
       lattices (Kaldi, AMI: at most ~40 times their arcs at rho 4) are expanded whole, exactly,
@@ -99,6 +128,11 @@ class RescoreOptions:
     fits. Off (``--no-auto-prune``, ``prune_if_too_large: false``), nothing is pruned to fit a
     budget, the target included: a lattice whose expansion passes ``max_expanded_arcs`` after its
     determinization and minimization fails with :class:`~lattices.expand.ExpansionTooLarge`.
+    Whole-number options (``nbest``, ``mbr_nbest``, ``max_kbest_paths``, the budgets,
+    ``max_determinized_states``) take any integral number (``int``, ``numpy.int64``...; not a
+    bool or a float) and are stored as ``int``; weights take any finite real number and are
+    stored as ``float``. A value refused raises :class:`RescoreOptionError` (a weight:
+    :class:`~lattices.scored.WeightError`), naming the option.
     ``deadline``: ``time.monotonic()`` seconds after which the work stops with
     :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
     A hypothesis of an n-best list carries its ``rank`` in the list (1 = the recogniser's best);
@@ -167,40 +201,56 @@ class RescoreOptions:
             object.__setattr__(self, "score_weights", tuple(self.score_weights.items()))
         if isinstance(self.lm_weights, list):
             object.__setattr__(self, "lm_weights", tuple(self.lm_weights))
-        numbers = {"lm_weights": self.lm_weights or (), "old_lm_weight": (self.old_lm_weight or 0.0,),
-                   "acoustic_scale": (self.acoustic_scale or 0.0,), "word_penalty": (self.word_penalty or 0.0,),
-                   "unk_penalty": (self.unk_penalty or 0.0,), "mbr_scale": (self.mbr_scale,),
-                   "score_weights": tuple(w for _, w in self.score_weights)}
-        for name, values in numbers.items():
-            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        given = {"lm_weights": self.lm_weights or (), "old_lm_weight": (self.old_lm_weight or 0.0,),
+                 "acoustic_scale": (self.acoustic_scale or 0.0,), "word_penalty": (self.word_penalty or 0.0,),
+                 "unk_penalty": (self.unk_penalty or 0.0,), "mbr_scale": (self.mbr_scale,),
+                 "score_weights": tuple(w for _, w in self.score_weights)}
+        for name, values in given.items():
+            if not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in values):
                 raise WeightError(f"{name} must be finite numbers, got {values}", _FIELDS.get(name, name))
         for name in ("lm_weights", "old_lm_weight", "acoustic_scale", "score_weights"):
-            negative = [v for v in numbers[name] if v < 0]
+            negative = [v for v in given[name] if v < 0]
             if negative:  # a scale on a log-probability: below zero it would prefer the least likely
                 raise WeightError(f"{name} must not be negative (a weight of a log-probability), got {negative[0]:g}",
                                   _FIELDS.get(name, name))
+        self._normalise_numbers()
         if self.determinize not in DETERMINIZE:
-            raise ValueError(f"determinize must be one of {DETERMINIZE}, got {self.determinize!r}")
+            raise RescoreOptionError("determinize", f"one of {DETERMINIZE}", self.determinize)
         if self.determinize_beam is not None and not self.determinize_beam >= 0:
-            raise ValueError(f"determinize_beam must be >= 0, got {self.determinize_beam}")
+            raise RescoreOptionError("determinize_beam", ">= 0", self.determinize_beam)
         if self.decode not in DECODERS:
-            raise ValueError(f"decode must be one of {DECODERS}, got {self.decode!r}")
-        if self.mbr_nbest < 1:
-            raise ValueError(f"mbr_nbest must be at least 1, got {self.mbr_nbest}")
+            raise RescoreOptionError("decode", f"one of {DECODERS}", self.decode)
         if self.mbr_scale < 0:
-            raise ValueError(f"mbr_scale must not be negative, got {self.mbr_scale}")
+            raise RescoreOptionError("mbr_scale", ">= 0", self.mbr_scale)
         if self.lm_weights is not None and not self.lm_weights:
             raise WeightError("lm_weights: give at least one weight", "lm_weight")
-        if self.nbest < 1:
-            raise ValueError(f"nbest must be at least 1, got {self.nbest}")
         if self.prune_beam is not None and not self.prune_beam >= 0:
-            raise ValueError(f"prune_beam must be >= 0, got {self.prune_beam}")
-        if self.max_kbest_paths is not None and self.max_kbest_paths < 1:
-            raise ValueError(f"max_kbest_paths must be positive, got {self.max_kbest_paths}")
-        for name in ("max_expanded_arcs", "target_expanded_arcs"):
+            raise RescoreOptionError("prune_beam", ">= 0", self.prune_beam)
+
+    def _normalise_numbers(self) -> None:
+        """Every whole-number option checked (any integral number: ``int``, ``numpy.int64``...; not
+        a bool, not a float) and stored as an ``int``; ``target_expanded_arcs`` :data:`NO_TARGET`
+        stored as None; the weights (any real number) stored as ``float``. Raises
+        :class:`RescoreOptionError` naming the option."""
+        for name, expected in _WHOLE.items():
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+            if value is None and name not in ("nbest", "mbr_nbest"):  # the others: None is no limit
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise RescoreOptionError(name, expected, value)
+            value = operator.index(value)
+            if name == "target_expanded_arcs" and value == NO_TARGET:
+                value = None
+            elif value < 1:
+                raise RescoreOptionError(name, expected, getattr(self, name))
+            object.__setattr__(self, name, value)
+        if self.lm_weights is not None:
+            object.__setattr__(self, "lm_weights", tuple(float(w) for w in self.lm_weights))
+        object.__setattr__(self, "score_weights", tuple((k, float(w)) for k, w in self.score_weights))
+        for name in ("acoustic_scale", "old_lm_weight", "word_penalty", "unk_penalty"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
+        object.__setattr__(self, "mbr_scale", float(self.mbr_scale))
 
     def named_weights(self, names: tuple[str, ...]) -> dict[str, float]:
         """``w_k`` given for an input with named scores ``names``: ``score_weights``, and

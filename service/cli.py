@@ -625,7 +625,7 @@ def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
 
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
     """Options of both ``rescore`` and ``tune`` (the score combination is in lattices/scored.py)."""
-    from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR
+    from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR, NO_TARGET
 
     p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
     _add_score_precision(p)
@@ -646,10 +646,11 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
                         "another case, such as PocketSphinx's lower-case words for an upper-case model, is scored "
                         "as the model spells it; results keep the input's spellings)")
     p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
-    p.add_argument("--target-arcs", type=_positive, metavar="N",
+    p.add_argument("--target-arcs", type=_target_arcs, metavar="N",
                    help=f"the expansion a dense lattice (a decoder's search lattice: expansion bound over "
                         f"{DENSE_FACTOR} times its arcs) is made small to, for speed: determinize, minimize, prune "
-                        f"to fit (default {DEFAULT_TARGET_EXPANDED_ARCS}; at most --max-arcs)")
+                        f"to fit (default {DEFAULT_TARGET_EXPANDED_ARCS}; at most --max-arcs; {NO_TARGET}: no "
+                        f"target, dense lattices expanded whole up to --max-arcs)")
     p.add_argument("--max-arcs", type=_positive, metavar="N",
                    help=f"the memory limit of every lattice's expansion (arcs; default {DEFAULT_MAX_EXPANDED_ARCS}): "
                         f"chains, n-best lists and sparse lattices are expanded whole up to it")
@@ -674,6 +675,18 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _target_arcs(text: str) -> int:
+    """An argparse type: ``--target-arcs``, a whole number of at least 1 or 0 (no target)."""
+    from lattices.rescore import NO_TARGET
+
+    try:
+        if int(text) == NO_TARGET:
+            return NO_TARGET
+    except ValueError:
+        pass  # _positive says what is wrong with it
+    return _positive(text)
 
 
 def _add_rescore_options(p: argparse.ArgumentParser) -> None:

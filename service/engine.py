@@ -153,7 +153,8 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
     given = {name: getattr(request, name) for name in request.model_fields_set
              if name in RescoreOptionsModel.model_fields and name not in ("weights", "features")}
     given.update(max_arcs=settings.max_expanded_arcs)  # the server's memory limit: a request cannot raise it
-    given.setdefault("target_arcs", settings.target_expanded_arcs)  # a request may set its own (capped by the limit)
+    if given.get("target_arcs") is None:  # unset or null: the server's (a request may set its own, capped by the limit)
+        given["target_arcs"] = settings.target_expanded_arcs
     try:  # RescoreOptions checks its numbers (finite weights and scales...): a bad one is the client's error
         tuned = None if request.weights is None else TunedWeights.from_json(request.weights, source="weights")
         return build_options(given, weights=tuned, default_weights=default_weights, fields_win=True,

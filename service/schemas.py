@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, fi
 
 from lattices.formats import READ_FORMATS, TEXT_FORMATS
 from lattices.lattice import describe
-from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR
+from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR, NO_TARGET
 
 #: every format lattices.formats reads, but a directory of files (espnet-nbest)
 LatticeFormat = Literal[tuple(["auto", *(f for f in READ_FORMATS if f != "espnet-nbest")])]  # type: ignore[valid-type]
@@ -37,11 +37,13 @@ class RescoreOptionsModel(BaseModel):
     word_penalty: Finite | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
     prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")
     target_arcs: StrictInt | None = Field(
-        default=None, ge=1, description=f"the expansion (arcs) a dense lattice (a decoder's search lattice: expansion "
-                                        f"bound over {DENSE_FACTOR} times its arcs) is made small to, for speed: "
-                                        f"determinize, minimize, prune to fit; at most the server's "
-                                        f"AFP_MAX_EXPANDED_ARCS, which every lattice must fit. Unset: the server's "
-                                        f"AFP_TARGET_EXPANDED_ARCS (default {DEFAULT_TARGET_EXPANDED_ARCS})")
+        default=None, ge=NO_TARGET, description=f"the expansion (arcs) a dense lattice (a decoder's search lattice: "
+                                                f"expansion bound over {DENSE_FACTOR} times its arcs) is made small to, "
+                                                f"for speed: determinize, minimize, prune to fit; at most the server's "
+                                                f"AFP_MAX_EXPANDED_ARCS, which every lattice must fit. {NO_TARGET}: no "
+                                                f"target, a dense lattice is expanded whole up to that limit. Unset or "
+                                                f"null: the server's AFP_TARGET_EXPANDED_ARCS (default "
+                                                f"{DEFAULT_TARGET_EXPANDED_ARCS})")
     prune_if_too_large: bool = Field(default=True, description="when the expansion would pass the budget, prune "
                                                                "to fit and report it (pruned); false: fail with 422")
     determinize: Literal["auto", "always", "never"] = Field(

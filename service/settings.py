@@ -19,7 +19,8 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
   AFP_MAX_LATTICES         most lattices in one request
   AFP_MAX_EXPANDED_ARCS    expansion budget per lattice (422 above, unless the request allows pruning)
   AFP_TARGET_EXPANDED_ARCS what a dense lattice's expansion is made small to, for speed (a
-                           request's target_arcs overrides it; RescoreOptions in lattices/rescore.py)
+                           request's target_arcs overrides it; RescoreOptions in lattices/rescore.py);
+                           0: no target, dense lattices expanded whole up to AFP_MAX_EXPANDED_ARCS
   AFP_MAX_NBEST            largest n-best a request may ask for
   AFP_MAX_SENTENCES        most sentences in one perplexity request
   AFP_MAX_SENTENCE_WORDS   most words in one sentence of a perplexity request (422 above)
@@ -43,7 +44,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from afp.defaults import default_model_dir
-from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS
+from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, NO_TARGET
 
 
 class Settings(BaseSettings):
@@ -70,7 +71,7 @@ class Settings(BaseSettings):
     max_lattice_arcs: int = Field(default=500_000, gt=0)
     max_lattices: int = Field(default=1000, gt=0)
     max_expanded_arcs: int = Field(default=DEFAULT_MAX_EXPANDED_ARCS, gt=0)
-    target_expanded_arcs: int = Field(default=DEFAULT_TARGET_EXPANDED_ARCS, gt=0)
+    target_expanded_arcs: int = Field(default=DEFAULT_TARGET_EXPANDED_ARCS, ge=NO_TARGET)  # NO_TARGET: none
     max_nbest: int = Field(default=100, gt=0)
     max_sentences: int = Field(default=10_000, gt=0)
     max_sentence_words: int = Field(default=1000, gt=0)

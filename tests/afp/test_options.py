@@ -7,12 +7,13 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from afp.options import OptionsError, OptionValueError, build_options, parse_score_weights
 from afp.weights import TunedWeights
 from lattices.formats import read_lattices
-from lattices.rescore import DEFAULT_LM_WEIGHT, RescoreOptions, rescore
+from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_MAX_EXPANDED_ARCS, RescoreOptions, reduction, rescore
 from lattices.scored import WeightError
 from service.cli import main
 from tests.factories import make_model, saved_model, tiny_vocab
@@ -123,19 +124,80 @@ def test_the_two_budgets_by_door_name_and_field_name():
     assert build_options({"target_expanded_arcs": 7}).target_expanded_arcs == 7
 
 
-@pytest.mark.parametrize("name", ["target_arcs", "max_arcs", "target_expanded_arcs"])
-@pytest.mark.parametrize("value", [0, -1, 2.5, 2e4, True, "20000"])
+@pytest.mark.parametrize("name", ["target_arcs", "max_arcs", "target_expanded_arcs", "max_expanded_arcs"])
+@pytest.mark.parametrize("value", [-1, 2.5, 2e4, True, "20000", np.float64(3.0), np.bool_(True)])
 def test_a_bad_budget_names_its_field(name, value):
     with pytest.raises(OptionValueError, match="whole number") as caught:
         build_options({name: value})
     assert caught.value.field == name and isinstance(caught.value, ValueError)
+    assert str(caught.value).startswith(f"{name} must be a whole number of expanded arcs, at least 1")
+
+
+@pytest.mark.parametrize("name", ["max_arcs", "max_expanded_arcs"])
+def test_the_limit_is_never_zero(name):
+    with pytest.raises(OptionValueError, match=f"{name} must be a whole number of expanded arcs, at least 1, got 0"):
+        build_options({name: 0})
+
+
+def test_the_budget_is_checked_in_one_place():
+    """RescoreOptions checks the budgets; the builder names a refused value as the caller spelled it."""
+    import afp.options
+
+    assert not hasattr(afp.options, "_arc_budget") and not hasattr(afp.options, "_ARC_BUDGETS")
+    with pytest.raises(ValueError, match="max_expanded_arcs must be a whole number of expanded arcs") as direct:
+        RescoreOptions(max_expanded_arcs=-1)
+    with pytest.raises(OptionValueError) as built:
+        build_options({"max_arcs": -1})
+    assert str(built.value) == str(direct.value).replace("max_expanded_arcs", "max_arcs", 1)
+
+
+def test_zero_is_no_target():
+    """``target_arcs`` 0 (either spelling, any integral type) is no target: a dense lattice expands
+    whole up to the limit; the limit itself is still checked."""
+    for given in ({"target_arcs": 0}, {"target_expanded_arcs": np.int64(0)}, {"target_arcs": 0, "max_arcs": 90_000}):
+        assert build_options(given).target_expanded_arcs is None
+    assert build_options({"target_arcs": 0}) == RescoreOptions(target_expanded_arcs=None, unk_penalty=0.0)
+    assert RescoreOptions(target_expanded_arcs=0).target_expanded_arcs is None
+    (dense,) = read_lattices(dense_lattice_file_text(), "pocketsphinx")
+    assert reduction(dense, build_options({}), 2) == (True, 20_000)
+    assert reduction(dense, build_options({"target_arcs": 0}), 2) == (False, DEFAULT_MAX_EXPANDED_ARCS)
+    assert reduction(dense, build_options({"target_arcs": 0, "max_arcs": 90_000}), 2) == (True, 90_000)
+
+
+def test_numpy_integers_are_whole_numbers():
+    """An integral number of any type (numpy's too) is accepted where an int is, and stored as an
+    int; numpy numbers as weights are stored as floats (what JSON output needs)."""
+    options = build_options({"nbest": np.int64(5), "max_arcs": np.int32(90_000), "target_arcs": np.uint16(3_000),
+                             "mbr_nbest": np.int8(7), "max_kbest_paths": np.int64(4),
+                             "max_determinized_states": np.int64(500), "lm_weight": [np.int64(1), np.float32(0.5)],
+                             "old_lm_weight": np.int64(0), "score_weights": {"decoder": np.float16(0.5)}})
+    assert (options.nbest, options.max_expanded_arcs, options.target_expanded_arcs, options.mbr_nbest,
+            options.max_kbest_paths, options.max_determinized_states) == (5, 90_000, 3_000, 7, 4, 500)
+    assert all(type(v) is int for v in (options.nbest, options.max_expanded_arcs, options.target_expanded_arcs,
+                                        options.mbr_nbest, options.max_kbest_paths, options.max_determinized_states))
+    assert options.lm_weights == (1.0, 0.5) and all(type(w) is float for w in options.lm_weights)
+    assert options.old_lm_weight == 0.0 and type(options.old_lm_weight) is float
+    assert options.score_weights == (("decoder", 0.5),) and type(options.score_weights[0][1]) is float
+
+
+@pytest.mark.parametrize("name", ["nbest", "mbr_nbest", "max_kbest_paths", "max_determinized_states"])
+@pytest.mark.parametrize("value", [2.5, 3.0, True, np.float64(2.0), "3", 0])
+def test_a_bad_count_names_its_field(name, value):
+    with pytest.raises(OptionValueError, match=f"^{name} must be a whole number") as caught:
+        build_options({name: value})
+    assert caught.value.field == name
+
+
+def dense_lattice_file_text() -> str:
+    """A real PocketSphinx lattice (2,836 links; its order-3 expansion bound is 276 times that: dense)."""
+    source = sorted((REPO / "tests" / "fixtures" / "pocketsphinx").glob("*0920.slf.gz"))[0]
+    return gzip.decompress(source.read_bytes()).decode()
 
 
 def dense_lattice_file(tmp_path):
-    """A real PocketSphinx lattice (2,836 links; its order-3 expansion bound is 276 times that: dense)."""
-    source = sorted((REPO / "tests" / "fixtures" / "pocketsphinx").glob("*0920.slf.gz"))[0]
+    """:func:`dense_lattice_file_text` in a file."""
     path = tmp_path / "utt.slf"
-    path.write_bytes(gzip.decompress(source.read_bytes()))
+    path.write_text(dense_lattice_file_text())
     return path
 
 
@@ -147,11 +209,21 @@ def test_the_target_at_the_command_line(tmp_path, capsys):
     row = json.loads(capsys.readouterr().out.splitlines()[0])
     assert row["pruned"]["budget"] == 3_000 and row["expanded_arcs"] <= 3_000
     assert [s["stage"] for s in row["stages"]] == ["input", "determinize", "minimize", "fit"]
-    for bad in ("0", "1.5", "x"):
+    for bad in ("-1", "1.5", "x"):
         with pytest.raises(SystemExit) as exit_:
             main([*argv, "--target-arcs", bad])
         assert exit_.value.code == 2
         assert "--target-arcs" in capsys.readouterr().err
+    assert main([*argv, "--target-arcs", "0"]) == 0  # no target: expanded whole, as a sparse lattice
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert "stages" not in row and row["pruned"] is None and row["expanded_arcs"] > 20_000
+
+
+def test_the_target_flag_says_how_to_switch_it_off(capsys):
+    with pytest.raises(SystemExit):
+        main(["rescore", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "0: no target, dense lattices expanded whole up to --max-" in help_text  # (wrapped at its hyphen)
 
 
 def test_the_target_in_the_python_api(tmp_path):
@@ -165,5 +237,10 @@ def test_the_target_in_the_python_api(tmp_path):
     assert [s["stage"] for s in default.stats["stages"]] == ["input", "determinize", "minimize"]
     assert "budget" not in (default.pruned or {}) and default.stats["expanded_arcs"] <= 20_000
     with pytest.raises(ValueError, match="target_arcs must be a whole number"):
-        model.rescore(str(lattice), format="pocketsphinx", target_arcs=0)
+        model.rescore(str(lattice), format="pocketsphinx", target_arcs=-1)
     assert afp.rescore_options(target_arcs=5).target_expanded_arcs == 5
+    assert afp.rescore_options(target_arcs=0).target_expanded_arcs is None
+    ((whole,),) = model.rescore(str(lattice), format="pocketsphinx", target_arcs=0, nbest=np.int64(2),
+                               max_arcs=np.int64(DEFAULT_MAX_EXPANDED_ARCS))
+    assert "stages" not in whole.stats and whole.pruned is None and whole.stats["expanded_arcs"] > 20_000
+    assert len(whole.nbest) == 2 and whole.best.score >= default.best.score - 1e-4  # every path of the input kept

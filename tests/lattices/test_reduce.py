@@ -72,9 +72,10 @@ def test_the_documented_defaults():
     options = RescoreOptions()
     assert (options.target_expanded_arcs, options.max_expanded_arcs) == (20_000, 5_000_000)
     assert (DEFAULT_TARGET_EXPANDED_ARCS, DEFAULT_MAX_EXPANDED_ARCS, DENSE_FACTOR) == (20_000, 5_000_000, 100)
-    for bad in (0, -5, 2.5, True, "100"):
+    for bad in (-5, 2.5, True, "100"):
         with pytest.raises(ValueError, match="target_expanded_arcs"):
             RescoreOptions(target_expanded_arcs=bad)
+    assert RescoreOptions(target_expanded_arcs=0) == RescoreOptions(target_expanded_arcs=None)  # 0: no target
 
 
 def test_a_long_chain_is_expanded_whole_at_the_defaults():

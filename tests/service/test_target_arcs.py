@@ -36,10 +36,36 @@ def test_the_request_field_and_the_server_default(model_dir, dense):
         (result,) = asked.json()["results"]
         assert result["pruned"]["budget"] == 3_000 and result["expanded_arcs"] <= 3_000
         assert [s["stage"] for s in result["stages"]] == ["input", "determinize", "minimize", "fit"]
-        for bad in (0, -3, 1.5, "100", True):
+        for bad in (-3, 1.5, "100", True):
             r = post(c, dense, target_arcs=bad)
             assert r.status_code == 422, (bad, r.text)
             assert "target_arcs" in r.text
+
+
+def test_zero_is_no_target_and_null_the_servers(model_dir, dense):
+    """``target_arcs: 0``: no target, the dense lattice expanded whole (the server's limit still
+    applies); null is unset, the server's setting."""
+    with client_for(model_dir, target_expanded_arcs=4_000) as c:
+        whole = post(c, dense, target_arcs=0)
+        assert whole.status_code == 200, whole.text
+        (result,) = whole.json()["results"]
+        assert result["stages"] is None and result["pruned"] is None and result["expanded_arcs"] > 20_000
+        (result,) = post(c, dense, target_arcs=None).json()["results"]
+        assert result["pruned"]["budget"] == 4_000
+    with client_for(model_dir, max_expanded_arcs=2_000) as c:
+        (result,) = post(c, dense, target_arcs=0).json()["results"]
+        assert result["pruned"]["budget"] == 2_000 and result["expanded_arcs"] <= 2_000
+    with client_for(model_dir, target_expanded_arcs=0) as c:  # AFP_TARGET_EXPANDED_ARCS=0
+        (result,) = post(c, dense).json()["results"]
+        assert result["stages"] is None and result["pruned"] is None and result["expanded_arcs"] > 20_000
+        (result,) = post(c, dense, target_arcs=3_000).json()["results"]
+        assert result["pruned"]["budget"] == 3_000
+
+
+def test_the_field_says_how_to_switch_it_off():
+    from service.schemas import RescoreOptionsModel
+
+    assert "0: no target" in RescoreOptionsModel.model_fields["target_arcs"].description
 
 
 def test_the_server_setting_and_its_limit(model_dir, dense):
@@ -58,7 +84,9 @@ def test_the_environment(monkeypatch):
     assert Settings().target_expanded_arcs == 1234
     monkeypatch.delenv("AFP_TARGET_EXPANDED_ARCS")
     assert Settings().target_expanded_arcs == 20_000
-    for bad in ("0", "-1", "many"):
+    monkeypatch.setenv("AFP_TARGET_EXPANDED_ARCS", "0")  # no target
+    assert Settings().target_expanded_arcs == 0
+    for bad in ("-1", "many", "1.5"):
         monkeypatch.setenv("AFP_TARGET_EXPANDED_ARCS", bad)
         with pytest.raises(ValueError, match="target_expanded_arcs"):
             Settings()
