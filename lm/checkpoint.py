@@ -152,6 +152,37 @@ def _wrong_shapes(model: LanguageModel, weights: Path) -> list[str]:
             for name, shape in shapes.items() if name in expected and shape != expected[name]]
 
 
+def warm_start(model: LanguageModel, directory: str | Path, vocab: Vocabulary) -> dict[str, Any]:
+    """Copy the weights of the checkpoint ``directory`` into ``model`` (a training run's warm start,
+    ``afp train --init-from``): fine-tuning, or the same network run with another ``rho``. Every
+    stored tensor must have the model's shape and the checkpoint's vocabulary must be ``vocab``
+    word for word (the rows of the embedding and the output layer are words). Stored bf16 weights
+    are widened to the model's dtype. Returns a record of where the weights came from.
+
+    Raises ``CheckpointError`` naming the file and what differs."""
+    directory = Path(directory)
+    config, saved_vocab, training = read_config(directory)
+    if saved_vocab.words != vocab.words:
+        differ = next((i for i, (a, b) in enumerate(zip(saved_vocab.words, vocab.words)) if a != b),
+                      min(saved_vocab.size, vocab.size))
+        raise CheckpointError(f"{directory / CONFIG}: init_from needs the data's vocabulary ({vocab.size} words); "
+                              f"the checkpoint has {saved_vocab.size}, first difference at id {differ}")
+    weights = directory / WEIGHTS
+    try:
+        wrong = _wrong_shapes(model, weights)
+        if wrong:
+            raise CheckpointError(f"{weights}: cannot start {model.config.describe()} from it: {'; '.join(wrong)}")
+        missing, unexpected = load_model(model, str(weights), strict=False, device="cpu")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
+    if missing or unexpected:
+        raise CheckpointError(f"{weights}: cannot start {model.config.describe()} from it: missing "
+                              f"{sorted(missing)}, unexpected {sorted(unexpected)}")
+    prepare_model(model, vocab)
+    return {"init_from": str(directory), "init_model": config.describe(),
+            "init_steps": training.get("steps", training.get("step"))}
+
+
 def open_single_model(path: str | Path, device: str | torch.device = "cpu") -> Any:
     """One language model, not a mixture: a model directory (:func:`load_checkpoint`), or an ARPA
     n-gram file (``.arpa``, ``.arpa.gz``) or n-gram model directory (``ngram.json``):

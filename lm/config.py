@@ -232,6 +232,10 @@ class TrainConfig(_JsonConfig):
     positions (:func:`lm.corpus.batches`). ``max_train_sentences`` keeps the first sentences; with
     ``train`` the vocabulary is built from those alone, with ``data`` it stays the prepared one.
 
+    ``init_from`` names a model directory whose weights start the run instead of random ones (a
+    warm start: fine-tuning, or the same network trained on at another ``rho``); its tensor shapes
+    and vocabulary must be the run's, and the optimizer starts fresh.
+
     ``detach`` selects FPI|theta (no gradient through earlier fixed-point iterations) for an
     afp-mode model. ``lr_decay`` multiplies the learning rate after an epoch whose validation
     perplexity did not improve (1.0 keeps it constant). ``max_vocab``/``min_count`` apply when
@@ -269,6 +273,7 @@ class TrainConfig(_JsonConfig):
     weight_decay: float = 0.0
     clip: float = 1.0
     init_range: float = 0.05
+    init_from: str | None = None
     detach: bool = False
     seed: int = 1
     device: str = "auto"

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from lm.checkpoint import prepare_model, save_checkpoint
+from lm.checkpoint import prepare_model, save_checkpoint, warm_start
 from lm.config import ModelConfig, TrainConfig
 from lm.corpus import Batch, Corpus, batches, encode, load_corpus
 from lm.device import native_bf16, resolve_device, tf32_matmuls
@@ -153,6 +153,8 @@ def train(
     model = build_model(model_cfg)
     model.reset_parameters(cfg.init_range)
     prepare_model(model, data.vocab)
+    if cfg.init_from is not None:
+        record.update(warm_start(model, cfg.init_from, data.vocab))
     model.to(device)
     torch.manual_seed(cfg.seed + rank)  # dropout: a stream per rank (the weights above are the same on all)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

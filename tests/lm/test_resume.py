@@ -249,3 +249,32 @@ def test_a_carried_run_resumes_at_its_batch_with_bf16_weights_and_fresh_moments(
     assert any(not torch.equal(original[k], moved[k]) for k in original)  # it trained on from the carried weights
     with pytest.raises(SystemExit, match="exists"):
         unpack(tmp_path / "carry", tmp_path / "moved")
+
+
+def test_init_from_starts_from_a_checkpoint_at_another_rho(tmp_path, corpus):
+    """--init-from: the run's first weights are the checkpoint's (one Adam step moves each by at
+    most lr from there, a fresh run's are farther), at another rho; recorded in config.json."""
+    from lm.checkpoint import read_config
+
+    train(FIELDS, config(corpus, epochs=1), tmp_path / "base", progress=False)
+    base = load_file(str(tmp_path / "base" / "model.safetensors"))
+    rho3 = FIELDS.replace(rho=3)
+    for name, init in (("warm", str(tmp_path / "base")), ("cold", None)):
+        train(rho3, config(corpus, epochs=1, max_steps=1, init_from=init), tmp_path / name, progress=False)
+    moved = {name: max((load_file(str(tmp_path / name / "resume" / "model.safetensors"))[k] - base[k]).abs().max().item()
+                       for k in base) for name in ("warm", "cold")}
+    assert moved["warm"] <= 1e-2 * (1 + 1e-4) < moved["cold"]
+    _, _, training = read_config(tmp_path / "warm" / "resume")
+    assert training["init_from"] == str(tmp_path / "base") and training["init_model"].startswith("AFP-2")
+
+
+def test_init_from_refuses_another_vocabulary_or_shape(tmp_path, corpus):
+    from lm.checkpoint import CheckpointError
+
+    train(FIELDS, config(corpus, epochs=1), tmp_path / "base", progress=False)
+    with pytest.raises(CheckpointError, match=r"embedding.weight is \[16, 12\] in the weights but \[16, 16\]"):
+        train(FIELDS.replace(hidden=16), config(corpus, epochs=1, init_from=str(tmp_path / "base")),
+              tmp_path / "wide", progress=False)
+    other = (write_text(tmp_path / "other.txt", [s + ["zebra"] for s in patterned_sentences(120, seed=1)]), corpus[1])
+    with pytest.raises(CheckpointError, match="vocabulary"):
+        train(FIELDS, config(other, epochs=1, init_from=str(tmp_path / "base")), tmp_path / "words", progress=False)
