@@ -58,8 +58,9 @@ class _Utterance:
 
     key: str
     ref: list[str]
-    first_pass: WerStats
+    first_pass: WerStats  # the first pass's 1-best's errors (of first_words, else the first hypothesis)
     acoustic_scale: float = DEFAULT_ACOUSTIC_SCALE  # the default w_acoustic (lattice header)
+    first_words: list[str] | None = None  # the first pass's 1-best (tables: None is the first hypothesis)
     hyp_words: list[list[str]] | None = None  # tree inputs: every hypothesis
     hyp_parts: Tensor | None = None  # (H, C)
     errors: list[WerStats] | None = None  # (H,)
@@ -125,9 +126,13 @@ class Tuner:
         self.want_mbr = mbr or options.decode == "mbr"
         self.utterances: list[_Utterance] = []
         self.names: tuple[str, ...] | None = None
-        #: words compared without regard to case (:func:`afp.wer.case_differs`), decided by the first
-        #: utterances added: lower-case lattices against upper-case references
+        #: words compared without regard to case (:func:`afp.wer.case_differs`: lower-case lattices
+        #: against upper-case references), decided from every utterance added so far (their
+        #: references against their lattices' words), the word errors of those already added counted
+        #: again when an utterance changes it; None before the first
         self.ignore_case: bool | None = None
+        self._case_refs: set[str] = set()
+        self._case_hyps: set[str] = set()
 
     def _check_names(self, names: tuple[str, ...], key: str) -> None:
         if self.names is None:
@@ -144,8 +149,7 @@ class Tuner:
             raise ValueError("this tuner has no scorer: use add_table")
         lattices = list(lattices)
         refs = match_references(self.refs, [lattice.key for lattice in lattices])
-        if self.ignore_case is None and lattices:
-            self.ignore_case = case_differs(refs.values(), (lattice_words(lattice) for lattice in lattices))
+        self._see_case(refs.values(), (lattice_words(lattice) for lattice in lattices))
         for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
             scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
             self.add_scored(scored, refs[lattice.key])
@@ -157,9 +161,8 @@ class Tuner:
         key = scored.lattice.key
         if ref is None:
             ref = match_references(self.refs, [key])[key]
-        if self.ignore_case is None:
-            self.ignore_case = case_differs([ref], [lattice_words(scored.lattice)])
         self._check_names(scored.names, key)
+        self._see_case([ref], [lattice_words(scored.lattice)])
         labels = torch.where(scored.expansion.arc_lm_word != PAD, scored.lattice.words[scored.expansion.arc_orig], -1)
         first = first_pass_best(scored, scored.first_pass_weights(self.options.weights(1.0, scored)), labels)
         table = hypothesis_table(scored)
@@ -167,9 +170,9 @@ class Tuner:
             self.add_table(key, ref, table[0], table[1], scored.names, first_words=first.words,
                            acoustic_scale=scored.default_acoustic_scale)
             return
-        self.utterances.append(_Utterance(key=key, ref=ref,
-                                          first_pass=word_errors(ref, first.words, bool(self.ignore_case)),
-                                          acoustic_scale=scored.default_acoustic_scale, scored=scored))
+        self.utterances.append(self._counted(_Utterance(key=key, ref=ref, first_pass=WerStats.zero(),
+                                                        acoustic_scale=scored.default_acoustic_scale,
+                                                        first_words=first.words, scored=scored)))
 
     def add_table(self, key: str, ref: list[str], words: list[list[str]], parts: Tensor, names: tuple[str, ...],
                   first_words: list[str] | None = None, acoustic_scale: float | None = None) -> None:
@@ -179,23 +182,48 @@ class Tuner:
         ``first_words``: the first pass's 1-best (default: the first hypothesis).
         ``acoustic_scale``: the default ``w_acoustic`` (default: the options', else 0.1)."""
         self._check_names(names, key)
-        if self.ignore_case is None:
-            self.ignore_case = case_differs([ref], words)
-        errors = [word_errors(ref, w, bool(self.ignore_case)) for w in words]
-        first = errors[0] if first_words is None else word_errors(ref, first_words, bool(self.ignore_case))
+        self._see_case([ref], words)
         default = acoustic_scale if acoustic_scale is not None else (
             self.options.acoustic_scale if self.options.acoustic_scale is not None else DEFAULT_ACOUSTIC_SCALE)
         distinct: dict[tuple[str, ...], int] = {}
         group = torch.tensor([distinct.setdefault(tuple(w), len(distinct)) for w in words], dtype=torch.int64)
-        utt = _Utterance(key=key, ref=ref, first_pass=first, acoustic_scale=default, hyp_words=words,
-                         hyp_parts=parts.cpu(), errors=errors, error_counts=numpy.array([e.errors for e in errors]),
-                         group=group, group_errors=numpy.array([word_errors(ref, list(w), bool(self.ignore_case)).errors
-                                                                  for w in distinct]))
+        utt = _Utterance(key=key, ref=ref, first_pass=WerStats.zero(), acoustic_scale=default, hyp_words=words,
+                         hyp_parts=parts.cpu(), group=group, first_words=first_words)
         if self.want_mbr:
             from lattices.mbr import edit_distance_matrix
 
             utt.distances = edit_distance_matrix([list(w) for w in distinct])
-        self.utterances.append(utt)
+        self.utterances.append(self._counted(utt))
+
+    def _see_case(self, refs: Iterable[Sequence[str]], hyps: Iterable[Sequence[str]]) -> None:
+        """Add references' and hypotheses' words to the evidence :attr:`ignore_case` is decided
+        from, and decide it again; the utterances already added are counted again if it changes."""
+        before = len(self._case_refs), len(self._case_hyps)
+        self._case_refs.update(w for ref in refs for w in ref)
+        self._case_hyps.update(w for words in hyps for w in words)
+        if self.ignore_case is not None and (len(self._case_refs), len(self._case_hyps)) == before:
+            return  # no new word: the same decision
+        decided = case_differs([self._case_refs], [self._case_hyps])
+        if decided != self.ignore_case:
+            self.ignore_case = decided
+            for utt in self.utterances:
+                self._counted(utt)
+
+    def _counted(self, utt: _Utterance) -> _Utterance:
+        """``utt`` with its word errors counted under :attr:`ignore_case`: its first pass's and,
+        for a table, every hypothesis's and every distinct word sequence's."""
+        ignore_case = bool(self.ignore_case)
+        if utt.hyp_words is None:
+            assert utt.first_words is not None, utt.key
+            utt.first_pass = word_errors(utt.ref, utt.first_words, ignore_case)
+            return utt
+        utt.errors = [word_errors(utt.ref, w, ignore_case) for w in utt.hyp_words]
+        utt.error_counts = numpy.array([e.errors for e in utt.errors])
+        distinct = dict.fromkeys(tuple(w) for w in utt.hyp_words)  # in the order of the group ids
+        utt.group_errors = numpy.array([word_errors(utt.ref, list(w), ignore_case).errors for w in distinct])
+        utt.first_pass = utt.errors[0] if utt.first_words is None else word_errors(utt.ref, utt.first_words,
+                                                                                    ignore_case)
+        return utt
 
     def first_pass(self) -> WerStats:
         return _total(u.first_pass for u in self.utterances)

@@ -102,6 +102,29 @@ def test_lattices_take_the_search_path_with_the_same_answers(seed):
                                                         for p in points]
 
 
+def test_the_case_decision_counts_every_utterance():
+    """A dev set whose first utterance has no cased letters ("42"), the rest lower-case hypotheses
+    of upper-case references, added one utterance at a time: words compare without regard to case
+    for every utterance, the first included."""
+    def listed(key, *hyps):
+        return nbest_to_lattice(NBestList(key, tuple(NBestHypothesis(tuple(words), {"decoder": -1.0 - i, "lm": -5.0})
+                                                     for i, words in enumerate(hyps))))
+
+    refs = {"u0": ["42"], "u1": ["THE", "CAT"], "u2": ["A", "DOG"]}
+    tuner = Tuner(lm_scorer(), replacing_options(), refs)
+    tuner.add([listed("u0", ["42"], ["42", "42"])])
+    assert tuner.ignore_case is False  # "42" says nothing about case yet
+    tuner.add([listed("u1", ["the", "cat"], ["a", "cat"])])
+    tuner.add([listed("u2", ["a", "dog"], ["the", "dog"], ["a", "dog"])])
+    assert tuner.ignore_case is True
+    assert [u.first_pass.errors for u in tuner.utterances] == [0, 0, 0]
+    assert [u.error_counts.tolist() for u in tuner.utterances] == [[0, 1], [0, 1], [0, 1, 0]]
+    assert [u.group_errors.tolist() for u in tuner.utterances] == [[0, 1], [0, 1], [0, 1]]
+    assert tuner.oracle().errors == 0 and tuner.first_pass().ref_words == 5
+    report = tune(tuner, Grid(lm_weights=(0.0,)))
+    assert report["ignore_case"] is True and report["first_pass_wer"] == 0.0 and report["best"]["wer"] == 0.0
+
+
 def test_cli_json_contract_and_plot(tmp_path, capsys):
     lists, refs = dev_set(12, seed=2)
     nbest_file = tmp_path / "dev.json"
