@@ -121,3 +121,22 @@ def test_the_ngram_package_has_no_import_cycle():
 
     for m in graph:
         visit(m, ())
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore is its module's own: what two modules share is public (the
+    PocketSphinx reader once took ``_Reader`` and ``_key_from_source`` from the HTK reader)."""
+    import ast
+
+    ours = ("lm", "lattices", "afp", "service")
+    found = []
+    for package in ("lattices", "afp", "service"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ours:
+                    found += [f"{path.relative_to(REPO)}:{node.lineno} {node.module}.{alias.name}"
+                              for alias in node.names if alias.name.startswith("_")]
+    assert found == []
+    from lattices.formats.htk import SlfReader, key_from_source
+
+    assert key_from_source("/x/utt7.lat.gz") == "utt7" and SlfReader("f.slf").error("bad", 3).line == 3

@@ -130,8 +130,10 @@ def _fields(line: str, number: int, source: str | None) -> list[tuple[str, str]]
         out.append((name, value))
 
 
-class _Reader:
-    """One parse of one SLF text; methods raise LatticeFormatError with line and field."""
+class SlfReader:
+    """One parse of one SLF text (this module's and :mod:`lattices.formats.pocketsphinx`'s):
+    ``source`` and ``key`` name it; its methods make and raise LatticeFormatError with line and
+    field."""
 
     def __init__(self, source: str | None) -> None:
         self.source = source
@@ -174,7 +176,7 @@ class SlfRecords(NamedTuple):
     ``values``: each header field's line and raw value; ``nodes`` and ``links``: id ->
     ``(line, {field: raw value})`` without the ``I=`` / ``J=`` field itself."""
 
-    reader: _Reader
+    reader: SlfReader
     header: list[list[str]]
     header_line: dict[str, int]
     values: dict[str, str]
@@ -204,7 +206,7 @@ def parse_slf(text: str, source: str | None = None) -> SlfRecords:
     """Split SLF ``text`` into header fields, nodes and links (see the module docstring for the
     syntax); :class:`LatticeFormatError` for a malformed line, a field twice, an id defined twice,
     a header field after the nodes or a sub-lattice. The key is UTTERANCE= or the file's name."""
-    r = _Reader(source)
+    r = SlfReader(source)
     header: list[list[str]] = []
     header_line: dict[str, int] = {}
     values: dict[str, str] = {}
@@ -247,7 +249,7 @@ def parse_slf(text: str, source: str | None = None) -> SlfRecords:
     if "SUBLAT" in values:
         raise r.error("sub-lattices (SUBLAT=) are not supported", header_line["SUBLAT"], "SUBLAT")
     if r.key is None:
-        r.key = _key_from_source(source)
+        r.key = key_from_source(source)
     return SlfRecords(r, header, header_line, values, nodes, links)
 
 
@@ -269,7 +271,7 @@ def slf_meta(slf: SlfRecords) -> tuple[dict[str, Any], float]:
     return meta, log_base
 
 
-def link_ends(r: _Reader, j: int, number: int, record: dict[str, str], num_nodes: int) -> tuple[int, int]:
+def link_ends(r: SlfReader, j: int, number: int, record: dict[str, str], num_nodes: int) -> tuple[int, int]:
     """The ``S=`` and ``E=`` nodes of link ``j`` (its line ``number``), each checked to be present
     and a declared node (ids are ``0..num_nodes-1`` after :func:`check_slf_ids`)."""
     ends = []
@@ -299,7 +301,9 @@ def check_slf_ids(slf: SlfRecords) -> None:
                 raise r.error(f"id {ident} is not in 0..{len(table) - 1} (ids must be 0..count-1)", number, name)
 
 
-def _key_from_source(source: str | None) -> str:
+def key_from_source(source: str | None) -> str:
+    """The key of a lattice without ``UTTERANCE=``: its file's name without ``.gz``, ``.lat``,
+    ``.slf``, ``.htk``; ``lattice`` without one."""
     if not source:
         return "lattice"
     name = Path(source).name
@@ -308,7 +312,7 @@ def _key_from_source(source: str | None) -> str:
     return name or "lattice"
 
 
-def _build(r: _Reader, nodes: dict[int, tuple[int, dict[str, str]]], links: dict[int, tuple[int, dict[str, str]]],
+def _build(r: SlfReader, nodes: dict[int, tuple[int, dict[str, str]]], links: dict[int, tuple[int, dict[str, str]]],
            meta: dict[str, Any], values: dict[str, str], header_line: dict[str, int], log_base: float) -> Lattice:
     num_states, num_arcs = len(nodes), len(links)
     on_links = any("W" in links[j][1] for j in links) or not any("W" in nodes[i][1] for i in nodes)
@@ -373,7 +377,7 @@ def start_and_finals(slf: SlfRecords, src: list[int], dst: list[int]) -> tuple[i
     return _start_and_finals(slf.reader, len(slf.nodes), src, dst, slf.values, slf.header_line)
 
 
-def _start_and_finals(r: _Reader, num_states: int, src: list[int], dst: list[int], values: dict[str, str],
+def _start_and_finals(r: SlfReader, num_states: int, src: list[int], dst: list[int], values: dict[str, str],
                       header_line: dict[str, int]) -> tuple[int, list[int]]:
     for name in ("start", "end"):
         if name in values and r.integer(values[name], header_line[name], name) >= num_states:
@@ -482,7 +486,7 @@ def _header_lines(lattice: Lattice, num_nodes: int, num_links: int) -> list[str]
     UTTERANCE= and its scales."""
     header = [list(pair) for pair in lattice.meta.get("header", [["VERSION", "1.1"]])]
     names = [pair[0] for pair in header]
-    if "UTTERANCE" not in names and lattice.key != _key_from_source(None):
+    if "UTTERANCE" not in names and lattice.key != key_from_source(None):
         header.insert(1 if names[:1] == ["VERSION"] else 0, ["UTTERANCE", lattice.key])
     for name in _SCALE_FIELDS:
         if name in lattice.meta and name not in names:

@@ -120,7 +120,7 @@ import torch
 from torch import Tensor
 
 from lattices import topology
-from lattices.formats.htk import (SlfRecords, _key_from_source, _Reader, check_slf_ids, link_ends, parse_slf, slf_meta,
+from lattices.formats.htk import (SlfReader, SlfRecords, check_slf_ids, key_from_source, link_ends, parse_slf, slf_meta,
                                   start_and_finals)
 from lattices.lattice import EPSILON, Lattice, LatticeFormatError
 
@@ -184,7 +184,7 @@ class _Columns:
     ``(L,)`` or None without ``p=``; has_l: whether a link has ``l=``; link_extra: other link
     fields, raw; start, finals: from the header."""
 
-    reader: _Reader
+    reader: SlfReader
     meta: dict[str, Any]
     times: np.ndarray
     node_word: list[str | None]
@@ -238,8 +238,8 @@ def _fast_columns(text: str, source: str | None) -> _Columns | None:
         return None
     if not (np.isfinite(acoustic).all() and np.isfinite(posterior).all()):
         return None
-    reader = _Reader(source)
-    reader.key = _key_from_source(source)
+    reader = SlfReader(source)
+    reader.key = key_from_source(source)
     return _Columns(reader, {"header": [["VERSION", "1.0"]]}, np.array(times, dtype=np.float64), list(words),
                     list(variants), {}, src, dst, acoustic, np.zeros(num_links), posterior if links else None,
                     False, {}, start, [end])
@@ -368,7 +368,7 @@ def _assemble(c: _Columns) -> Lattice:
     return lattice.validate()
 
 
-def _trimmed(lattice: Lattice, reader: _Reader) -> Lattice:
+def _trimmed(lattice: Lattice, reader: SlfReader) -> Lattice:
     """``lattice`` without the states on no start-to-final path (``meta["ps_trimmed_states"]``
     counts them); itself when there are none. A cycle is a :class:`LatticeFormatError`."""
     n = lattice.num_states
