@@ -36,7 +36,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from afp.significance import Comparison
 
 MANIFEST_SUFFIXES = (".jsonl.gz", ".jsonl", ".json")
 _TRN_LINE = re.compile(r"^(?P<text>.*?)\s*\((?P<id>[^()\s]*)\)\s*$")
@@ -342,3 +345,65 @@ def _sum(stats: Iterable[WerStats]) -> WerStats:
     for s in stats:
         total = total + s
     return total
+
+
+@dataclass(frozen=True)
+class SystemsReport:
+    """Several systems' transcripts against one set of references (``afp wer``): ``systems``,
+    ``(hypotheses file, Scored)`` each in the order given, and ``comparisons``, each later system
+    against the first (:class:`afp.significance.Comparison`)."""
+
+    refs: str
+    systems: list[tuple[str, Scored]]
+    comparisons: list[Comparison]
+
+    @property
+    def ignore_case(self) -> bool:
+        """Whether any system's words were compared without regard to case."""
+        return any(scored.ignore_case for _, scored in self.systems)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per system: ``hypotheses`` (the file), its :meth:`WerStats.to_json`, and after
+        the first, ``against_first``."""
+        rows = []
+        for i, (path, scored) in enumerate(self.systems):
+            row: dict[str, Any] = {"hypotheses": path, **scored.total.to_json()}
+            if i > 0:
+                row["against_first"] = self.comparisons[i - 1].to_json()
+            rows.append(row)
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``afp wer --json`` prints: ``{"refs", "ignore_case", "systems": [row, ...]}``."""
+        return {"refs": self.refs, "ignore_case": self.ignore_case, "systems": self.rows()}
+
+    def lines(self) -> list[str]:
+        """What ``afp wer`` prints: a table of WER and its breakdown, then each comparison."""
+        lines = [f"note: {CASE_NOTE}"] if self.ignore_case else []
+        lines.append(f"{'WER':>7} {'sub':>6} {'del':>6} {'ins':>6} {'ref words':>9} {'utts':>6}  hypotheses")
+        for row in self.rows():
+            lines.append(f"{row['wer']:6.2f}% {row['substitutions']:6d} {row['deletions']:6d} {row['insertions']:6d} "
+                         f"{row['ref_words']:9d} {row['sentences']:6d}  {row['hypotheses']}")
+        base = self.systems[0][0]
+        lines += [f"{path} against {base}: {c.summary()}" for (path, _), c in zip(self.systems[1:], self.comparisons)]
+        return lines
+
+
+def compare_systems(refs: str | Path, hypotheses: Sequence[str | Path], lm_weight: float | None = None,
+                    seed: int = 0) -> SystemsReport:
+    """Score every hypotheses file (:func:`read_hypotheses`; ``lm_weight``: which one of an
+    ``afp rescore --json`` file of several) against ``refs`` (:func:`read_references`), and each
+    after the first against the first (:func:`afp.significance.compare`, ``seed``: the
+    bootstrap's). The systems must hold the same utterances: :class:`ReferencesError` otherwise."""
+    from afp.significance import compare
+
+    references = read_references(refs)
+    systems = [(str(path), score_transcripts(references, read_hypotheses(path, lm_weight))) for path in hypotheses]
+    base_path, base = systems[0]
+    comparisons = []
+    for path, scored in systems[1:]:
+        if scored.keys != base.keys:
+            raise ReferencesError(f"{path} and {base_path} hold different utterances ({len(scored.keys)} and "
+                                  f"{len(base.keys)}): a significance test needs the same ones")
+        comparisons.append(compare(base.errors, scored.errors, base.ref_words, seed=seed))
+    return SystemsReport(refs=str(refs), systems=systems, comparisons=comparisons)

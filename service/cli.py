@@ -1,4 +1,4 @@
-"""The ``afp`` command line: a thin layer over ``lm`` (and, later, ``lattices`` and the server).
+"""The ``afp`` command line: it parses the flags, calls one library function and prints.
 
 Commands:
   afp info   [--model DIR] [--json]                 what a model is
@@ -14,6 +14,11 @@ Commands:
   afp rescore-cuts --cuts CUTS --out CUTS            rescore the lattices a lhotse CutSet names
   afp serve  [--model DIR] [options]                the HTTP server
 
+Each command's work is one library call a Python caller can make too: :mod:`afp.text_jobs` (info,
+ppl, score, mix), :mod:`afp.rescore_job` (rescore, rescore-cuts), :mod:`afp.tune_job` (tune),
+:func:`afp.wer.compare_systems` (wer), :mod:`lm.jobs` (prepare, train), :mod:`lm.ngram.job`
+(ngram), :mod:`service.startup` (serve).
+
 Without ``--model`` the bundled default model is used (see :mod:`afp.defaults`).
 Errors in user input print one line ``afp: error: ...`` and exit with status 2; when standard
 output is closed early (``afp rescore ... | head``) the command stops quietly with status 141.
@@ -27,14 +32,12 @@ import json
 import os
 import sys
 import typing
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from afp.defaults import default_model_dir
-
-#: what ``afp train`` trains when the command line names no model (the shipped models' kind: a GRU
-#: AFP-4 with an adaptive softmax, models/librispeech); the ModelConfig defaults stay the library's
-TRAIN_MODEL_DEFAULTS: dict[str, Any] = {"cell": "gru", "mode": "afp", "rho": 4, "hidden": 256, "softmax": "adaptive"}
+if TYPE_CHECKING:
+    from afp.rescore_job import RescoreSetup
+    from afp.scoring import ModelSpec
 
 #: one-line help for the training options generated from the config dataclasses
 _HELP = {
@@ -77,31 +80,39 @@ class CLIError(Exception):
     """A user error the CLI reports in one line."""
 
 
-def _load(model_dir: str | None, device: str = "cpu"):
-    """``--model``: a model directory or an ARPA n-gram (``.arpa``, ``.arpa.gz``)."""
-    from afp.mixtures import open_model
-
-    return open_model(model_dir or default_model_dir(), device=_device(device))
+def _warn(text: str) -> None:
+    print(f"afp: warning: {text}", file=sys.stderr)
 
 
-def _device(name: str) -> str:
-    from lm.device import resolve_device
+def _model(args: argparse.Namespace) -> ModelSpec:
+    """``--model``, ``--interpolate``, ``--device``, ``--score-precision`` (and ``--max-elements``)
+    as an :class:`afp.scoring.ModelSpec`."""
+    from afp.scoring import ModelSpec
 
-    return str(resolve_device(name))
+    return ModelSpec(model=args.model, device=args.device, score_precision=args.score_precision,
+                     interpolate=tuple(getattr(args, "interpolate", None) or ()),
+                     max_elements=getattr(args, "max_elements", None))
 
 
-def _read_text(path: str, keep_empty: bool) -> Iterator[list[str]]:
-    """The sentences of ``path`` (``-``: stdin), streaming, boundaries stripped as
-    :func:`lm.corpus.iter_sentences` strips them."""
-    from lm.corpus import iter_sentences
+def _setup(args: argparse.Namespace) -> RescoreSetup:
+    """The options ``rescore``, ``tune`` and ``rescore-cuts`` share, as an :class:`afp.rescore_job.RescoreSetup`."""
+    from afp.rescore_job import OPTION_NAMES, RescoreSetup
 
-    return iter_sentences("/dev/stdin" if path == "-" else path, keep_empty=keep_empty)
+    return RescoreSetup(model=_model(args), words=args.words, old_lm=args.old_lm, features=tuple(args.feature or ()),
+                        options={name: getattr(args, name, None) for name in OPTION_NAMES},
+                        weights=getattr(args, "weights", None), keep_case=args.keep_case)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command as given (recorded in what it writes)."""
+    return " ".join(["afp", *args.argv])
 
 
 # ---------------------------------------------------------------------------- commands
 def cmd_info(args: argparse.Namespace) -> None:
-    loaded = _load(args.model, args.device)
-    info = {**loaded.info(), "score_precision": _scorer(loaded, args, windows=True).precision}
+    from afp.text_jobs import model_info
+
+    info = model_info(_model(args))
     if args.json:
         print(json.dumps(info))
         return
@@ -114,413 +125,114 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 def cmd_ppl(args: argparse.Namespace) -> None:
-    from lm.scorer import text_score
+    from afp.text_jobs import perplexity
 
-    loaded = _load(args.model, args.device)
-    result = text_score(_scorer(loaded, args, windows=True), _read_text(args.text, keep_empty=False)).to_json()
-    if loaded.config.is_window:  # each word from the words around it: not a sentence probability
-        result["pseudo"] = True
-        result["note"] = (f"pseudo-perplexity of a window model ({loaded.config.rho} words before, "
-                          f"{loaded.config.future} after each word): not comparable with a causal perplexity")
-    if args.json:
-        print(json.dumps(result))
-    else:
-        name = "pseudo-ppl" if loaded.config.is_window else "ppl"
-        print(f"{name} {result['ppl']:.2f} over {result['tokens']} tokens in {result['sentences']} sentences "
-              f"({result['oov']} unknown words scored as {loaded.vocab.unk})"
-              + (f"; {result['note']}" if loaded.config.is_window else ""))
+    result = perplexity(_model(args), args.text)
+    print(json.dumps(result.to_json()) if args.json else result.summary())
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from lm.scorer import text_score
+    from afp.text_jobs import score_text
 
-    def show(words: Sequence[str], token_logprobs: Any) -> None:
-        values = token_logprobs.tolist()
+    def show(words: Sequence[str], values: list[float]) -> None:
         if args.json:
             print(json.dumps({"words": list(words), "logprob": sum(values), "token_logprobs": values}))
         else:
             print(f"{sum(values):.4f}\t{' '.join(words)}")
 
-    loaded = _load(args.model, args.device)
-    if loaded.config.is_window and not args.json:
-        print(f"# acausal scores (pseudo-log-likelihoods) of a window model: each word given {loaded.config.rho} "
-              f"words before and {loaded.config.future} after it", file=sys.stderr)
-    text_score(_scorer(loaded, args, windows=True), _read_text(args.text, keep_empty=True), on_sentence=show)
+    note = None if args.json else (lambda text: print(f"# {text}", file=sys.stderr))
+    score_text(_model(args), args.text, show, note=note)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from lm.config import ModelConfig, TrainConfig
-    from lm.train import train
+    from lm.jobs import TrainJob, run_train_job
 
-    model_fields, train_fields = {}, {}
-    if args.config:
-        data = _read_json(args.config)
-        model_fields, train_fields = dict(data.get("model", {})), dict(data.get("train", {}))
-        extra = sorted(set(data) - {"model", "train"})
-        if extra:
-            raise CLIError(f"{args.config}: unknown section(s) {extra}; expected 'model' and 'train'")
-    saved = _saved_run_options(args.out) if args.resume else None
-    if saved is not None:  # a resume reads the run's own options; what is given again overrides them
-        model_fields, train_fields = {**saved[0], **model_fields}, {**saved[1], **train_fields}
-    for cls, fields in ((ModelConfig, model_fields), (TrainConfig, train_fields)):
-        for f in dataclasses.fields(cls):
-            value = getattr(args, f.name, None)
-            if value is not None:
-                fields[f.name] = value
-    if saved is None and model_fields.get("arch", "rnn") == "rnn":
-        for name, value in TRAIN_MODEL_DEFAULTS.items():
-            if name == "rho" and model_fields.get("mode", "afp") != "afp":
-                continue
-            model_fields.setdefault(name, value)
-    if model_fields.get("mode") == "afp" and "rho" not in model_fields:
-        raise CLIError("--mode afp needs --rho")
-    if "rho" in model_fields and "mode" not in model_fields and model_fields.get("arch", "rnn") == "rnn":
-        model_fields["mode"] = "afp"
-    if "train" not in train_fields and "data" not in train_fields:
-        raise CLIError("give --train FILE or --data DIR (or 'train' or 'data' in the config's 'train' section)")
-    cfg = TrainConfig.from_dict(train_fields, where="training options")
-    # fail before reading data (the vocabulary's size is checked against the options once it is known)
-    model = ModelConfig.from_dict(model_fields, where="model options")
-    record = {"command": " ".join(["afp", *args.argv])}
-    result = train(model, cfg, args.out, resume=args.resume, record=record,
-                   on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
-    if result.rank == 0:
-        print(json.dumps({"out": args.out, "epochs": result.epochs_run, "steps": result.steps,
-                          "best_valid_ppl": result.best_valid_ppl, "model": result.saved}))
+    def given(cls: type) -> dict[str, Any]:
+        return {f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)}
 
-
-def _saved_run_options(out: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The model and training options a run directory's resume state was saved with (None
-    without one): ``afp train --out DIR --resume`` alone continues the run as it was."""
-    from pathlib import Path
-
-    from lm.resume import find_resume
-
-    directory = find_resume(Path(out))
-    if directory is None:
-        return None
-    config = _read_json(str(directory / "config.json"))
-    state = _read_json(str(directory / "state.json"))
-    model = dict(config.get("model", {}))
-    model.pop("vocab_size", None)  # set from the data again (and checked against the saved weights)
-    # --max-steps paused the run: resuming continues it (to its epochs, or a new --max-steps)
-    train = {k: v for k, v in dict(state.get("train_config", {})).items() if v is not None and k != "max_steps"}
-    return model, train
+    job = TrainJob(out=args.out, model=given(ModelConfig), train=given(TrainConfig), config=args.config,
+                   resume=args.resume, record={"command": _command(args)})
+    summary = run_train_job(job, on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
+    if summary is not None:
+        print(json.dumps(summary))
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
     from lm.config import PrepareConfig
-    from lm.shards import prepare
+    from lm.jobs import run_prepare
 
     fields = {name: getattr(args, name) for name in ("text", "out", "valid", "words_txt", "min_count", "max_vocab",
                                                      "shard_tokens") if getattr(args, name) is not None}
-    meta = prepare(PrepareConfig.from_dict(fields, where="prepare options"))
-    summary = {"out": args.out, "vocab_size": meta["vocab"]["size"]}
-    for name, split in meta["splits"].items():
-        summary[name] = {key: split[key] for key in ("sentences", "words", "tokens", "oov")}
-        summary[name]["shards"] = len(split["shards"])
-    print(json.dumps(summary))
+    print(json.dumps(run_prepare(PrepareConfig.from_dict(fields, where="prepare options"))))
 
 
 def cmd_ngram(args: argparse.Namespace) -> None:
-    from lm.ngram.job import NgramJob, NgramJobError, run_ngram_job
+    from lm.ngram.job import NgramJob, run_ngram_job
 
-    job = NgramJob(text=tuple(args.text or ()), data=args.data, arpa=args.arpa, words_txt=args.words_txt,
-                   min_count=args.min_count, max_vocab=args.max_vocab, order=args.order, prune=args.prune,
-                   out=args.out, store=args.store)
-    try:
-        print(json.dumps(run_ngram_job(job)))
-    except NgramJobError as err:
-        raise CLIError(str(err)) from None
+    print(json.dumps(run_ngram_job(NgramJob(
+        text=tuple(args.text or ()), data=args.data, arpa=args.arpa, words_txt=args.words_txt, min_count=args.min_count,
+        max_vocab=args.max_vocab, order=args.order, prune=args.prune, out=args.out, store=args.store))))
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
-    from afp.mixtures import check_parts, estimate_weights, open_model, scorer_of, write_mixture
+    from afp.text_jobs import mix_models
 
-    check_parts(args.models)  # a mixture as a part is refused before any model is loaded or scored
-    sentences = _read_text(args.text, keep_empty=False)
-    loaded = [open_model(path, device=_device(args.device)) for path in args.models]
-    scorers = [scorer_of(m, precision=args.score_precision or "auto") for m in loaded]
-    weights, report = estimate_weights(scorers, list(sentences))
-    write_mixture(args.out, args.models, weights, {"text": args.text, **report})
-    print(json.dumps({"out": args.out, "models": args.models, "weights": weights, **report}))
+    print(json.dumps(mix_models(args.models, args.text, args.out, device=args.device,
+                                score_precision=args.score_precision)))
 
 
 def cmd_rescore(args: argparse.Namespace) -> None:
-    from afp.jobs import Failure, default_shard, iter_lattices, parse_shard, rescore_all
-    from afp.outputs import JobOutputs, LatticeOutputError, OutputOptions
+    from afp.outputs import OutputOptions
+    from afp.rescore_job import RescoreJob, run_rescore_job
 
-    symbols = _read_symbols(args.words) if args.words else None
-    shard = parse_shard(args.shard) if args.shard else default_shard()
-    loaded = _load(args.model, args.device)
-    options = _rescore_options(args, return_lattice=args.out is not None, unk_default=loaded.default_unk_penalty)
-    outputs = JobOutputs(OutputOptions(out=args.out, nbest_text=args.nbest_text, text_dir=args.text_dir, ctm=args.ctm,
-                                       frame_shift=args.frame_shift, json=args.json,
-                                       show_first_pass=args.show_first_pass),
-                         input_format=args.format, lm_weights=options.lm_weights, symbols=symbols,
-                         rank=None if shard[1] == 1 or args.shard else shard[0])
-    scorer = _scorer(loaded, args)
-    old_lm = _old_lm(args.old_lm)
-    features = _features(args, loaded)
-    failed = seen = 0
-    from afp.weights import SETS
-
-    untuned = not args.weights and all(getattr(args, name, None) is None for name in SETS)
-    if args.posteriors and not args.json and outputs.results_on_stdout:
-        _warn("--posteriors: the transcript lines hold words only; the word posteriors are in --json output "
-              "(best.word_posteriors) and in the --ctm confidence column")
-    lattices = iter_lattices(args.inputs, args.format, symbols, shard)
-    with outputs:
-        for lattice_results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
-                                           features=features,
-                                           warn=_warn, workers=args.workers, batch_pairs=args.batch_pairs):
-            seen += 1
-            if untuned and not isinstance(lattice_results, Failure):
-                from lattices.diagnostics import untuned_weights_warning
-
-                first = lattice_results[0]
-                _warn(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
-                      + " (this warning is given once per job)")
-                untuned = False
-            if not isinstance(lattice_results, Failure):
-                try:
-                    outputs.write(lattice_results)
-                    continue
-                except LatticeOutputError as err:  # nothing of it was written
-                    lattice_results = Failure(err.key, str(err))
-            failed += 1  # this lattice failed; the job goes on
-            outputs.failed(lattice_results)
-            print(f"afp: error: {lattice_results.message}", file=sys.stderr)
-    if seen == 0:
-        _warn(f"no lattice was read from {', '.join(args.inputs)}" + (f" (shard {shard[0]}/{shard[1]})"
-                                                                        if shard[1] > 1 else ""))
-    if failed:
-        raise CLIError(f"{failed} of {seen} lattice(s) could not be rescored or written (see above)")
-
-
-def _warn(text: str) -> None:
-    print(f"afp: warning: {text}", file=sys.stderr)
+    job = RescoreJob(setup=_setup(args), inputs=tuple(args.inputs), format=args.format, shard=args.shard,
+                     outputs=OutputOptions(out=args.out, nbest_text=args.nbest_text, text_dir=args.text_dir,
+                                           ctm=args.ctm, frame_shift=args.frame_shift, json=args.json,
+                                           show_first_pass=args.show_first_pass),
+                     workers=args.workers, batch_pairs=args.batch_pairs)
+    done = run_rescore_job(job, warn=_warn, on_failure=lambda f: print(f"afp: error: {f.message}", file=sys.stderr))
+    if done.failed:
+        raise CLIError(f"{done.failed} of {done.seen} lattice(s) could not be rescored or written (see above)")
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
-    from afp.jobs import iter_lattices
-    from afp.tune import Tuner
-    from afp.wer import read_references
+    from afp.tune_job import NothingSaved, TuneJob, grid_report_lines, joint_report_lines, run_tune_job
 
-    symbols = _read_symbols(args.words) if args.words else None
-    grid_flags = ("lm_weights", "old_lm_weights", "word_penalties", "unk_penalties")
-    grid_mode = args.grid or args.mbr or any(getattr(args, name) is not None for name in grid_flags)
-    grid = _grid(args) if grid_mode else None
-    if grid is not None:
-        grid.points()  # validate before the long part
-    refs = read_references(args.refs)
-    loaded = _load(args.model, args.device)
-    options = _rescore_options(args, unk_default=loaded.default_unk_penalty)
-    tuner = Tuner(_scorer(loaded, args), options, refs, device=loaded.device.type, old_lm=_old_lm(args.old_lm),
-                  features=_features(args, loaded),
-                  mbr=args.mbr)
-    tuner.add(iter_lattices(args.inputs, args.format, symbols), progress=sys.stderr.isatty())
-    if grid is not None:
-        _tune_grid(args, tuner, grid)
-    else:
-        _tune_joint(args, tuner)
-
-
-def _grid(args: argparse.Namespace):
-    from afp.tune import Grid
-
-    return Grid(lm_weights=_floats(args.lm_weights or "0:1:0.1", "--lm-weights"),
-                old_lm_weights=_floats(args.old_lm_weights or "0,0.5,1", "--old-lm-weights"),
-                word_penalties=_floats(args.word_penalties or "0", "--word-penalties"),
-                unk_penalties=_floats(args.unk_penalties or "0", "--unk-penalties"))
-
-
-def _tune_joint(args: argparse.Namespace, tuner: Any) -> None:
-    from afp.tune import chosen_weights, joint_tune
-    from afp.wer import CASE_NOTE
-
-    scores = tuple(n.strip() for n in (args.tune_score_weights or "").split(",") if n.strip())
-    baseline = None
-    if args.baseline:
-        from afp.wer import read_hypotheses
-
-        baseline = read_hypotheses(args.baseline)
+    job = TuneJob(setup=_setup(args), inputs=tuple(args.inputs), refs=args.refs, format=args.format,
+                  tune_score_weights=args.tune_score_weights, restarts=args.restarts, folds=args.folds, seed=args.seed,
+                  baseline=args.baseline, save=args.save, grid=args.grid, lm_weights=args.lm_weights,
+                  old_lm_weights=args.old_lm_weights, word_penalties=args.word_penalties,
+                  unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot, command=_command(args))
     try:
-        report = joint_tune(tuner, scores, restarts=args.restarts, folds=args.folds, seed=args.seed,
-                            progress=sys.stderr.isatty(), baseline=baseline)
-    except ValueError as err:
-        raise CLIError(str(err)) from None
-    best = report["best"]
-    point = {k: v for k, v in best.items() if k not in ("wer", "errors", "against_first_pass")}
-    chosen = report["chosen"]
-    if args.save:
-        record = {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
-                  "cross_validated_wer": report.get("cross_validated", {}).get("wer"),
-                  "utterances": report["utterances"], "inputs": list(args.inputs), "refs": args.refs,
-                  "model": str(args.model or "bundled default"), "command": " ".join(["afp", *args.argv]),
-                  "chosen": chosen["reason"]}
-        if chosen["point"] is None:
-            print(json.dumps(report) if args.json else f"chosen: {chosen['reason']}")
-            raise CLIError(f"--save {args.save}: nothing written: {chosen['reason']}")
-        chosen_weights(tuner, report, record).write(args.save)
-        report["saved"] = args.save
+        report = run_tune_job(job)
+    except NothingSaved as err:
+        print(json.dumps(err.report) if args.json else f"chosen: {err.report['chosen']['reason']}")
+        raise
     if args.json:
         print(json.dumps(report))
         return
-
-    def shown(p: dict[str, float]) -> str:
-        return " ".join(f"{k.removeprefix('score:')} {v:.4g}" for k, v in p.items())
-
-    oracle = f", oracle {report['oracle_wer']:.2f}%" if report["oracle_wer"] is not None else ""
-    if report["ignore_case"]:
-        print(f"note: {CASE_NOTE}")
-    print(f"{report['utterances']} utterances, {report['ref_words']} reference words; first pass WER "
-          f"{report['first_pass_wer']:.2f}%{oracle}")
-    start = report["start"]
-    agree = start["reproduces_first_pass"]
-    print(f"start, the first pass's own weights (reproducing {agree:.1%} of its choices): WER {start['wer']:.2f}%  "
-          f"[{shown(start['point'])}]" if agree == agree else f"start: WER {start['wer']:.2f}%  [{shown(start['point'])}]")
-    print(f"tuned: WER {best['wer']:.2f}%  [{shown(point)}]")
-    print(f"  against the first pass: {_comparison(best['against_first_pass'])}")
-    if "cross_validated" in report:
-        cv = report["cross_validated"]
-        print(f"cross-validated ({cv['folds']} folds, each decoded with weights tuned on the others): WER "
-              f"{cv['wer']:.2f}%")
-        print(f"  against the first pass: {_comparison(cv['against_first_pass'])}")
-    if "baseline" in report:
-        b = report["baseline"]
-        print(f"baseline ({args.baseline}): WER {b['wer']:.2f}%; the chosen point against it: "
-              f"{_comparison(b['chosen_against_baseline'])}")
-    shown_point = chosen["point"] is not None and not chosen["is_first_pass"]
-    print(f"chosen: {chosen['reason']}" + (f"  [{shown(chosen['point'])}]" if shown_point else ""))
-    if report["at_edge"]:
-        print(f"warning: {', '.join(report['at_edge'])} ended at the edge of its range: the best value may lie beyond")
-    print(f"{report['line_searches']} line searches in {report['seconds']:.1f} s "
-          f"({report['evaluations_per_second']:.1f} evaluations/s; {report['method']})")
-    if args.save:
-        print(f"saved {args.save}: afp rescore --weights {args.save} ... applies them")
-
-
-def _comparison(c: dict[str, Any]) -> str:
-    return (f"{c['wer_a']:.2f}% -> {c['wer_b']:.2f}% ({c['difference']:+.2f}), matched pairs p={c['mapsswe']['p']:.3g}, "
-            f"bootstrap 95% [{c['bootstrap']['low']:+.2f}, {c['bootstrap']['high']:+.2f}], P(better)="
-            f"{c['bootstrap']['poi']:.3f}" + (" (significant)" if c["significant"] else " (not significant)"))
-
-
-def _tune_grid(args: argparse.Namespace, tuner: Any, grid: Any) -> None:
-    from afp.tune import chosen_weights, plot, tune
-    from afp.wer import CASE_NOTE
-
-    report = tune(tuner, grid, mbr=args.mbr, seed=args.seed)
-    best = report["best"]
-    if args.save:
-        chosen_weights(tuner, report, {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
-                                       "grid": True}).write(args.save)
-    if args.plot:
-        plot(report, args.plot, title=f"afp tune: {' '.join(args.inputs)}"[:90])
-    if args.json:
-        print(json.dumps(report))
-        return
-    if report["ignore_case"]:
-        print(f"note: {CASE_NOTE}")
-    print(f"{len(tuner.utterances)} utterances, {report['ref_words']} reference words; first pass WER "
-          f"{report['first_pass_wer']:.2f}%" + (f", oracle {report['oracle_wer']:.2f}%" if report["oracle_wer"]
-                                               is not None else ""))
-    print("lm_weight old_lm_weight word_penalty unk_penalty    WER" + ("    MBR" if args.mbr else ""))
-    for row in sorted(report["grid"], key=lambda r: r["errors"])[: args.top]:
-        line = (f"{row['lm_weight']:9g} {row['old_lm_weight']:13g} {row['word_penalty']:12g} "
-                f"{row['unk_penalty']:11g} {row['wer']:6.2f}")
-        print(line + (f" {row['mbr_wer']:6.2f}" if args.mbr else ""))
-    print("best: " + " ".join(f"--{k.replace('_', '-')} {best[k]:g}" for k in (
-        "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f"  (WER {best['wer']:.2f}%)")
-    print(f"  against the first pass: {_comparison(report['best']['against_first_pass'])}")
-    if best["wer"] > report["first_pass_wer"]:
-        print("warning: no grid point reaches the first pass's WER: keep the first pass (--lm-weight 0 "
-              "--old-lm-weight 1), or tune without a grid (the default search starts at the first pass)")
-    if args.mbr:
-        b = report["best_mbr"]
-        print("best MBR: " + " ".join(f"--{k.replace('_', '-')} {b[k]:g}" for k in (
-            "lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")) + f" --decode mbr  (WER {b['wer']:.2f}%)")
+    lines = grid_report_lines(report, args.mbr, args.top) if job.grid_mode else joint_report_lines(report, args.baseline)
+    for line in lines:
+        print(line)
 
 
 def cmd_wer(args: argparse.Namespace) -> None:
-    from afp.significance import compare
-    from afp.wer import CASE_NOTE, read_hypotheses, read_references, score_transcripts
+    from afp.wer import compare_systems
 
-    refs = read_references(args.refs)
-    systems = [(path, score_transcripts(refs, read_hypotheses(path, args.lm_weight))) for path in args.hypotheses]
-    base_path, base = systems[0]
-    rows = []
-    for path, scored in systems:
-        row: dict[str, Any] = {"hypotheses": path, **scored.total.to_json()}
-        if scored is not base:
-            if scored.keys != base.keys:
-                raise CLIError(f"{path} and {base_path} hold different utterances ({len(scored.keys)} and "
-                               f"{len(base.keys)}): a significance test needs the same ones")
-            row["against_first"] = compare(base.errors, scored.errors, base.ref_words, seed=args.seed).to_json()
-        rows.append(row)
-    ignore_case = any(scored.ignore_case for _, scored in systems)
+    report = compare_systems(args.refs, args.hypotheses, args.lm_weight, seed=args.seed)
     if args.json:
-        print(json.dumps({"refs": args.refs, "ignore_case": ignore_case, "systems": rows}))
+        print(json.dumps(report.to_json()))
         return
-    if ignore_case:
-        print(f"note: {CASE_NOTE}")
-    print(f"{'WER':>7} {'sub':>6} {'del':>6} {'ins':>6} {'ref words':>9} {'utts':>6}  hypotheses")
-    for row in rows:
-        print(f"{row['wer']:6.2f}% {row['substitutions']:6d} {row['deletions']:6d} {row['insertions']:6d} "
-              f"{row['ref_words']:9d} {row['sentences']:6d}  {row['hypotheses']}")
-    for (path, scored), row in zip(systems[1:], rows[1:]):
-        print(f"{path} against {base_path}: " + compare(base.errors, scored.errors, base.ref_words,
-                                                         seed=args.seed).summary())
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    """``2000,10000`` -> ``(2000, 10000)`` (argparse reports a ValueError as a usage error)."""
-    return tuple(int(x) for x in text.split(",") if x.strip())
-
-
-def _floats(text: str, flag: str) -> tuple[float, ...]:
-    """``0,0.1,0.2`` or a range ``0:1:0.1`` (start:stop:step, stop included)."""
-    try:
-        if ":" in text:
-            start, stop, step = (float(x) for x in text.split(":"))
-            if step <= 0 or stop < start:
-                raise ValueError
-            count = int(round((stop - start) / step)) + 1
-            return tuple(round(start + i * step, 10) for i in range(count))
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise CLIError(f"{flag} {text!r}: expected numbers separated by commas, or start:stop:step") from None
-
-
-def _features(args: argparse.Namespace, loaded) -> dict[str, Any]:
-    """The ``--feature NAME=DIR`` window models of a job, on the main model's device."""
-    from afp.features import FeatureSpecError, load_features, parse_features
-
-    try:
-        return load_features(parse_features(args.feature or []), str(loaded.device), args.score_precision or "auto")
-    except (FeatureSpecError, OSError) as err:
-        raise CLIError(str(err)) from None
-
-
-def _old_lm(path: str | None):
-    if not path:
-        return None
-    from lm.ngram.store import StoreScorer, load_store
-
-    return StoreScorer(load_store(path))
+    for line in report.lines():
+        print(line)
 
 
 def cmd_rescore_cuts(args: argparse.Namespace) -> None:
-    from afp.cuts import rescore_cuts
+    from afp.rescore_job import run_rescore_cuts_job
 
-    symbols = _read_symbols(args.words) if args.words else None
-    loaded = _load(args.model, args.device)
-    summary = rescore_cuts(args.cuts, args.out, _scorer(loaded, args),
-                           _rescore_options(args, unk_default=loaded.default_unk_penalty), symbols,
-                           device=loaded.device.type, old_lm=_old_lm(args.old_lm), warn=_warn,
-                           features=_features(args, loaded),
-                           workers=args.workers, batch_pairs=args.batch_pairs)
+    summary = run_rescore_cuts_job(_setup(args), args.cuts, args.out, workers=args.workers,
+                                   batch_pairs=args.batch_pairs, warn=_warn)
     print(json.dumps(summary))
     if summary["failed"]:
         raise CLIError(f"{summary['failed']} of {summary['cuts']} cut(s) could not be rescored (see above; they "
@@ -528,99 +240,22 @@ def cmd_rescore_cuts(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn
+    from service.startup import serve, server_settings
 
-    from service.app import create_app
-    from service.settings import Settings
-
-    overrides = {name: value for name, value in (
-        ("model_dir", args.model), ("old_lm", args.old_lm), ("weights", args.weights),
-        ("features", ",".join(args.feature) if args.feature else None), ("host", args.host), ("port", args.port),
-        ("device", args.device),
-        ("score_precision", args.score_precision), ("workers", args.workers), ("batching", args.batching)) if value is not None}
-    try:
-        settings = Settings(**overrides)
-    except Exception as err:  # pydantic's ValidationError: report it as a usage error
-        raise CLIError(f"invalid server settings: {err}") from None
-    from afp.mixtures import is_mixture_dir
-    from lm.ngram.store import is_arpa_path, is_store_dir
-
-    if is_arpa_path(settings.model_dir) or is_store_dir(settings.model_dir):
-        if not settings.model_dir.exists():
-            raise CLIError(f"{settings.model_dir}: no such ARPA file")
-    elif not ((settings.model_dir / "config.json").is_file() or is_mixture_dir(settings.model_dir)):
-        raise CLIError(f"{settings.model_dir}: not a model directory (no config.json, no mixture.json)")
-    if settings.weights is not None:  # a bad weights file is one line now, not a failed start-up later
-        from afp.weights import TunedWeights
-
-        TunedWeights.read(settings.weights)
-    if settings.old_lm is not None and not settings.old_lm.is_file():
-        raise CLIError(f"{settings.old_lm}: no such file (--old-lm / AFP_OLD_LM)")
-    if settings.features:  # a bad feature is one line now, not a failed start-up later
-        from pathlib import Path
-
-        from afp.features import FeatureSpecError, parse_features
-
-        try:
-            for name, path in parse_features(p.strip() for p in settings.features.split(",") if p.strip()).items():
-                if not (Path(path) / "config.json").is_file():
-                    raise CLIError(f"feature {name!r}: {path}: not a model directory (--feature / AFP_FEATURES)")
-        except FeatureSpecError as err:
-            raise CLIError(str(err)) from None
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                timeout_graceful_shutdown=int(settings.request_timeout_s), access_log=args.access_log)
+    settings = server_settings({
+        "model_dir": args.model, "old_lm": args.old_lm, "weights": args.weights,
+        "features": ",".join(args.feature) if args.feature else None, "host": args.host, "port": args.port,
+        "device": args.device, "score_precision": args.score_precision, "workers": args.workers,
+        "batching": args.batching})
+    serve(settings, log_level=args.log_level, access_log=args.access_log)
 
 
-def _rescore_options(args: argparse.Namespace, return_lattice: bool = False, unk_default: float = 0.0):
-    """The engine's options of a command, by the one builder of every door
-    (:func:`afp.options.build_options`); ``unk_default``: the model's own unknown-word penalty."""
-    from afp.options import OptionsError, build_options
-    from afp.weights import TunedWeights
-
-    given = {name: getattr(args, name, None) for name in (
-        "lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "target_arcs", "prune_beam",
-        "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode", "mbr_nbest",
-        "mbr_scale", "determinize", "determinize_beam")}
-    given["return_lattice"] = return_lattice
-    given["match_case"] = False if getattr(args, "keep_case", False) else None
-    weights = TunedWeights.read(args.weights) if getattr(args, "weights", None) else None
-    try:
-        return build_options(given, weights=weights, unk_default=unk_default)
-    except OptionsError as err:
-        if weights is not None:
-            flags = [f"--{name.replace('_', '-')}" for name in ("lm_weight", "old_lm_weight", "word_penalty",
-                                                                "unk_penalty", "score_weights", "decode")
-                     if getattr(args, name, None) is not None]
-            raise CLIError(f"--weights {args.weights} sets the weights: give it or {', '.join(flags)}, not both") from None
-        raise CLIError(str(err)) from None
-
-
+# ---------------------------------------------------------------------------- parser
 def _add_score_precision(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-precision", choices=["auto", "fp32", "bf16"],
                    help="output layer of LM scoring: fp32, bf16 (a bfloat16 matmul refined to within 1e-3 nats "
                         "of fp32; fast on GPUs), or auto: bf16 on CUDA, fp32 on CPU (default: auto"
                         "; for serve: $AFP_SCORE_PRECISION, else auto)")
-
-
-def _scorer(loaded, args: argparse.Namespace, windows: bool = False):
-    """The context scorer of a CLI job: ``loaded`` with ``--score-precision`` (and, for ``ppl``
-    and ``score``, ``--max-elements``). ``windows``: a window model (``--future``) is scored as
-    one (``ppl``, ``score``); elsewhere it is refused with a message saying what it is."""
-    from afp.mixtures import mixed_scorer, parse_interpolate, scorer_of
-    from lm.model import DEFAULT_SCORE_ELEMENTS
-    from lm.scorer import WindowScorer
-
-    precision = args.score_precision or "auto"
-    max_elements = getattr(args, "max_elements", None) or DEFAULT_SCORE_ELEMENTS
-    interpolate = [parse_interpolate(text) for text in getattr(args, "interpolate", None) or []]
-    try:
-        if windows and loaded.config.is_window and not interpolate:
-            return WindowScorer(loaded, precision=precision, max_elements=max_elements)
-        if interpolate:
-            return mixed_scorer(loaded, precision, interpolate)
-        return scorer_of(loaded, precision=precision, max_elements=max_elements)
-    except ValueError as err:
-        raise CLIError(str(err)) from None
 
 
 def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
@@ -742,24 +377,11 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
                    help="seconds per Kaldi frame, for --ctm (default 0.01; chain models, frame subsampling 3: 0.03)")
 
 
-def _read_symbols(path: str) -> tuple[str, ...]:
-    """``--words``, read once per command (:func:`afp.symbols.read_words_txt`); one tuple that
-    every lattice of the job shares (the readers index it once)."""
-    from afp.symbols import read_words_txt
-
-    return read_words_txt(path)
+def _int_list(text: str) -> tuple[int, ...]:
+    """``2000,10000`` -> ``(2000, 10000)`` (argparse reports a ValueError as a usage error)."""
+    return tuple(int(x) for x in text.split(",") if x.strip())
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    from lm.config import read_json_file
-
-    data = read_json_file(path, CLIError)
-    if not isinstance(data, dict):
-        raise CLIError(f"{path}: expected a JSON object")
-    return data
-
-
-# ---------------------------------------------------------------------------- parser
 def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set[str],
                            defaults: dict[str, Any] | None = None) -> None:
     """One ``--field-name`` option per dataclass field; the dataclass validates the values. The
@@ -787,6 +409,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 def build_parser() -> argparse.ArgumentParser:
     from lm.config import ModelConfig, PrepareConfig, TrainConfig
+    from lm.jobs import TRAIN_MODEL_DEFAULTS
     from lm.model import DEFAULT_SCORE_ELEMENTS
 
     parser = argparse.ArgumentParser(prog="afp", description="Exact lattice rescoring with AFP-rho language models.")
@@ -829,11 +452,15 @@ def build_parser() -> argparse.ArgumentParser:
     inputs_help = ("files (gzip or not), '-' for stdin, Kaldi specifiers ark:FILE, ark,t:FILE, ark:- and "
                    "'ark:COMMAND |', an ESPnet n-best directory (holding 1best_recog/ ... Nbest_recog/), or a directory "
                    "of lattice files (*.slf, *.lat...: a decoder's lattices)")
+
+    def with_inputs(p: argparse.ArgumentParser) -> None:
+        with_model(p)
+        p.add_argument("inputs", nargs="+", metavar="INPUT")
+        p.add_argument("--format", default="auto", choices=formats, help="input format (default auto: guessed)")
+
     p = sub.add_parser("rescore", help="rescore lattices or n-best lists exactly with an AFP model",
                        description=f"Rescore lattices exactly. INPUT: {inputs_help}.")
-    with_model(p)
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("--format", default="auto", choices=formats, help="input format (default auto: guessed)")
+    with_inputs(p)
     _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
     _add_workers(p)
@@ -850,9 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"the tuned WER on the dev set is never above the first pass's; reports the "
                                    f"significance of the gain and a cross-validated WER. --grid evaluates a grid "
                                    f"instead. INPUT: {inputs_help}. Grids: comma lists or start:stop:step.")
-    with_model(p)
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("--format", default="auto", choices=formats, help="input format (default auto: guessed)")
+    with_inputs(p)
     p.add_argument("--refs", required=True, metavar="REFS",
                    help="references: Kaldi text (uttid words), sclite trn (words (spk-uttid)), or a lhotse "
                         "SupervisionSet/CutSet manifest")

@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 
 from afp.jobs import iter_lattices
+from afp.rescore_job import RescoreSetup
 from afp.symbols import SymbolTableError, words_table
-from service.cli import _read_symbols
+
+
+def _read_symbols(path: str) -> tuple[str, ...] | None:
+    """``--words`` as ``afp rescore``, ``afp tune`` and ``afp rescore-cuts`` read it."""
+    return RescoreSetup(words=path).symbols()
+
 
 WORDS_TXT = "".join(f"{w} {i}\n" for i, w in enumerate(["<eps>", "the", "cat", "sat", *(f"w{i}" for i in range(500))]))
 ARCHIVE = "{key}\n0 1 1 1,10,\n1 2 2 1,10,\n2 3 3 1,10,\n3 0,0,\n\n"  # word ids: "the cat sat"

@@ -1,0 +1,197 @@
+"""Rescoring jobs as library calls: what ``afp rescore`` and ``afp rescore-cuts`` do, and the
+setup they share with ``afp tune`` (:mod:`afp.tune_job`).
+
+A :class:`RescoreSetup` is everything a rescoring job is given besides its inputs: the model
+(:class:`afp.scoring.ModelSpec`), a symbol table, the old LM, acausal features, the weight and
+budget options (named as the flags and HTTP fields, :func:`afp.options.build_options`) or a
+weights file of ``afp tune --save``. The command line builds one from its flags::
+
+    from afp.rescore_job import RescoreJob, RescoreSetup, run_rescore_job
+    from afp.outputs import OutputOptions
+
+    setup = RescoreSetup(options={"lm_weight": [0.5], "nbest": 2})
+    summary = run_rescore_job(RescoreJob(setup, inputs=("examples/lattice.txt",),
+                                         outputs=OutputOptions(text_dir="out")))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from afp.jobs import Failure
+from afp.outputs import OutputOptions
+from afp.scoring import ModelSpec
+from lattices.rescore import RescoreOptions
+from lattices.scorer import ContextScorer, WindowScorer
+
+__all__ = ["OPTION_NAMES", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job",
+           "run_rescore_job"]
+
+#: the rescoring options a job passes to :func:`afp.options.build_options` (flag names, ``_`` for ``-``)
+OPTION_NAMES = ("lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "target_arcs",
+                "prune_beam", "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode",
+                "mbr_nbest", "mbr_scale", "determinize", "determinize_beam")
+#: the weight options a weights file sets (given beside ``--weights``, they are an error)
+_WEIGHT_FLAGS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "score_weights", "decode")
+
+
+@dataclass(frozen=True)
+class RescoreSetup:
+    """What a rescoring job is given besides its inputs.
+
+    ``model``: the model and its scoring. ``words``: a ``words.txt`` for integer word ids.
+    ``old_lm``: the n-gram (ARPA file or n-gram model directory) that built the decoding graph,
+    subtracted exactly. ``features``: acausal window models, ``NAME=DIR`` each
+    (:mod:`afp.features`). ``options``: rescoring options by :data:`OPTION_NAMES` (None: not
+    given). ``weights``: a weights file of ``afp tune --save``; it sets the weights, so give it or
+    weight options, not both. ``keep_case``: look words up only as written."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    words: str | None = None
+    old_lm: str | None = None
+    features: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    weights: str | None = None
+    keep_case: bool = False
+
+    @property
+    def untuned(self) -> bool:
+        """No weights file and no weight option: the untuned defaults (a job says so once)."""
+        from afp.weights import SETS
+
+        return not self.weights and all(self.options.get(name) is None for name in SETS)
+
+    def symbols(self) -> tuple[str, ...] | None:
+        """The ``words.txt`` table, read once (one tuple every lattice of the job shares), or None."""
+        from afp.symbols import read_words_txt
+
+        return read_words_txt(self.words) if self.words else None
+
+    def rescore_options(self, unk_default: float = 0.0, return_lattice: bool = False) -> RescoreOptions:
+        """The engine's options (:func:`afp.options.build_options`); ``unk_default``: the model's
+        own unknown-word penalty. Raises :class:`afp.options.OptionsError` (a ``ValueError``)
+        naming the options at fault."""
+        from afp.options import OptionsError, build_options
+        from afp.weights import TunedWeights
+
+        given = {name: self.options.get(name) for name in OPTION_NAMES}
+        given["return_lattice"] = return_lattice
+        given["match_case"] = False if self.keep_case else None
+        weights = TunedWeights.read(self.weights) if self.weights else None
+        try:
+            return build_options(given, weights=weights, unk_default=unk_default)
+        except OptionsError as err:
+            if weights is not None:
+                flags = [f"--{name.replace('_', '-')}" for name in _WEIGHT_FLAGS if self.options.get(name) is not None]
+                raise OptionsError(f"--weights {self.weights} sets the weights: give it or {', '.join(flags)}, "
+                                   "not both", err.field) from None
+            raise
+
+    def old_lm_scorer(self) -> ContextScorer | None:
+        """The old LM's exact scorer (:class:`lm.ngram.store.StoreScorer`), or None."""
+        if not self.old_lm:
+            return None
+        from lm.ngram.store import StoreScorer, load_store
+
+        return StoreScorer(load_store(self.old_lm))
+
+    def feature_scorers(self, loaded: Any) -> dict[str, WindowScorer]:
+        """The window scorer of each feature, on ``loaded``'s device (:func:`afp.features.load_features`)."""
+        from afp.features import load_features, parse_features
+
+        return load_features(parse_features(self.features), str(loaded.device), self.model.precision)
+
+
+@dataclass(frozen=True)
+class RescoreJob:
+    """An ``afp rescore`` job: ``setup``, the ``inputs`` (files, Kaldi specifiers, directories:
+    :func:`afp.jobs.iter_lattices`) in ``format``, this process's ``shard`` (``"i/n"``; None:
+    the torchrun rank and world size), the ``outputs`` (:class:`afp.outputs.OutputOptions`), and
+    ``workers`` lattices rescored at a time with their scoring merged into model calls of at most
+    ``batch_pairs`` pairs."""
+
+    setup: RescoreSetup
+    inputs: tuple[str, ...]
+    format: str = "auto"
+    shard: str | None = None
+    outputs: OutputOptions = field(default_factory=OutputOptions)
+    workers: int = 1
+    batch_pairs: int = 262_144
+
+
+@dataclass(frozen=True)
+class RescoreSummary:
+    """What a job did: ``seen`` lattices read, ``failed`` of them not rescored or not written."""
+
+    seen: int
+    failed: int
+
+
+def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
+                    on_failure: Callable[[Failure], None] | None = None) -> RescoreSummary:
+    """Rescore every lattice of ``job`` and write its outputs (:class:`afp.outputs.JobOutputs`:
+    results on standard output unless an output goes there). A lattice that cannot be rescored or
+    written is reported to its outputs and to ``on_failure`` (an :class:`afp.jobs.Failure`), and
+    the job goes on. ``warn`` is told, once each: untuned weights, input warnings
+    (:func:`afp.jobs.rescore_all`), posteriors that the transcript lines leave out, no lattice read."""
+    from afp.jobs import default_shard, iter_lattices, parse_shard, rescore_all
+    from afp.outputs import JobOutputs, LatticeOutputError
+
+    setup, say = job.setup, warn or (lambda text: None)
+    symbols = setup.symbols()
+    shard = parse_shard(job.shard) if job.shard else default_shard()
+    loaded = setup.model.load()
+    options = setup.rescore_options(loaded.default_unk_penalty, return_lattice=job.outputs.out is not None)
+    outputs = JobOutputs(job.outputs, input_format=job.format, lm_weights=options.lm_weights, symbols=symbols,
+                         rank=None if shard[1] == 1 or job.shard else shard[0])
+    scorer = setup.model.scorer(loaded)
+    old_lm = setup.old_lm_scorer()
+    features = setup.feature_scorers(loaded)
+    failed = seen = 0
+    untuned = setup.untuned
+    if setup.options.get("posteriors") and not job.outputs.json and outputs.results_on_stdout:
+        say("--posteriors: the transcript lines hold words only; the word posteriors are in --json output "
+            "(best.word_posteriors) and in the --ctm confidence column")
+    lattices = iter_lattices(list(job.inputs), job.format, symbols, shard)
+    with outputs:
+        for results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
+                                   features=features, warn=say, workers=job.workers, batch_pairs=job.batch_pairs):
+            seen += 1
+            if untuned and not isinstance(results, Failure):
+                from lattices.diagnostics import untuned_weights_warning
+
+                first = results[0]
+                say(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
+                    + " (this warning is given once per job)")
+                untuned = False
+            if not isinstance(results, Failure):
+                try:
+                    outputs.write(results)
+                    continue
+                except LatticeOutputError as err:  # nothing of it was written
+                    results = Failure(err.key, str(err))
+            failed += 1  # this lattice failed; the job goes on
+            outputs.failed(results)
+            if on_failure is not None:
+                on_failure(results)
+    if seen == 0:
+        say(f"no lattice was read from {', '.join(job.inputs)}" + (f" (shard {shard[0]}/{shard[1]})"
+                                                                     if shard[1] > 1 else ""))
+    return RescoreSummary(seen=seen, failed=failed)
+
+
+def run_rescore_cuts_job(setup: RescoreSetup, cuts: str, out: str, workers: int = 1, batch_pairs: int = 262_144,
+                         warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Rescore the lattices a lhotse CutSet names and write it with hypotheses
+    (:func:`afp.cuts.rescore_cuts`); the summary ``afp rescore-cuts`` prints (``failed``: cuts
+    without a hypothesis, each told to ``warn``)."""
+    from afp.cuts import rescore_cuts
+
+    symbols = setup.symbols()
+    loaded = setup.model.load()
+    scorer = setup.model.scorer(loaded)
+    options = setup.rescore_options(loaded.default_unk_penalty)
+    return rescore_cuts(cuts, out, scorer, options, symbols, device=loaded.device.type, old_lm=setup.old_lm_scorer(),
+                        warn=warn, features=setup.feature_scorers(loaded), workers=workers, batch_pairs=batch_pairs)

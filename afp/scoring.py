@@ -1,0 +1,71 @@
+"""What a command's model options make: the model, and the scorer every job of it uses.
+
+``--model DIR`` (or an ARPA n-gram, an n-gram model directory, a mixture directory; default: the
+bundled model), ``--interpolate MODEL:W`` (repeatable), ``--device``, ``--score-precision`` and
+``--max-elements`` are one :class:`ModelSpec`; the command line builds it from its flags, a Python
+caller builds it directly::
+
+    from afp.scoring import ModelSpec
+
+    spec = ModelSpec(model="models/librispeech", device="cpu")
+    loaded = spec.load()
+    scorer = spec.scorer(loaded)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lattices.scorer import ContextScorer
+
+__all__ = ["ModelSpec"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A language model and how to score with it.
+
+    ``model``: a model directory, ARPA file, n-gram model directory or mixture directory (None:
+    the bundled default, :func:`afp.defaults.default_model_dir`). ``device``: ``auto`` (CUDA when
+    there is a GPU, else the CPU), ``cpu``, ``cuda``, ``cuda:N``. ``score_precision``: the output
+    layer's, ``auto``/``fp32``/``bf16`` (None: ``auto``). ``interpolate``: ``MODEL:W`` texts, other
+    models mixed in token by token (:mod:`afp.mixtures`). ``max_elements``: output-layer logits held
+    at once (None: :data:`lm.model.DEFAULT_SCORE_ELEMENTS`)."""
+
+    model: str | None = None
+    device: str = "auto"
+    score_precision: str | None = None
+    interpolate: tuple[str, ...] = ()
+    max_elements: int | None = None
+
+    @property
+    def precision(self) -> str:
+        """The score precision asked for (``auto`` where none is given)."""
+        return self.score_precision or "auto"
+
+    def load(self) -> Any:
+        """The model (:func:`afp.mixtures.open_model`: a :class:`lm.checkpoint.LoadedModel`, an
+        n-gram or a mixture) on the resolved device."""
+        from afp.defaults import default_model_dir
+        from afp.mixtures import open_model
+        from lm.device import resolve_device
+
+        return open_model(self.model or default_model_dir(), device=str(resolve_device(self.device)))
+
+    def scorer(self, loaded: Any, windows: bool = False) -> ContextScorer | Any:
+        """The scorer of ``loaded`` with this precision, mixed with the ``interpolate`` models.
+        ``windows``: a window model (``afp train --future K``) is scored as one (a
+        :class:`lm.scorer.WindowScorer`: ``afp ppl``, ``afp score``); elsewhere it is refused
+        with a :class:`ValueError` saying what it is."""
+        from afp.mixtures import mixed_scorer, parse_interpolate, scorer_of
+        from lm.model import DEFAULT_SCORE_ELEMENTS
+        from lm.scorer import WindowScorer
+
+        max_elements = self.max_elements or DEFAULT_SCORE_ELEMENTS
+        interpolate = [parse_interpolate(text) for text in self.interpolate]
+        if windows and loaded.config.is_window and not interpolate:
+            return WindowScorer(loaded, precision=self.precision, max_elements=max_elements)
+        if interpolate:
+            return mixed_scorer(loaded, self.precision, interpolate)
+        return scorer_of(loaded, precision=self.precision, max_elements=max_elements)

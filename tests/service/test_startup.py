@@ -1,0 +1,33 @@
+"""``afp serve``'s settings as a library call (:mod:`service.startup`): the flags over the
+environment, every path checked before anything is loaded."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.startup import SettingsError, server_settings
+
+
+def test_the_flags_given_override_the_environment(model_dir, monkeypatch):
+    monkeypatch.setenv("AFP_PORT", "8123")
+    monkeypatch.setenv("AFP_WORKERS", "3")
+    settings = server_settings({"model_dir": str(model_dir), "port": 9000, "host": None, "batching": False})
+    assert settings.model_dir == model_dir and settings.port == 9000 and settings.workers == 3
+    assert settings.host == "127.0.0.1" and settings.batching is False
+
+
+def test_every_path_is_checked_in_one_line(model_dir, tmp_path):
+    cases = [({"model_dir": str(tmp_path / "none")}, f"{tmp_path / 'none'}: not a model directory"),
+             ({"model_dir": str(tmp_path / "none.arpa")}, f"{tmp_path / 'none.arpa'}: no such ARPA file"),
+             ({"old_lm": str(tmp_path / "old.arpa")}, f"{tmp_path / 'old.arpa'}: no such file \\(--old-lm / AFP_OLD_LM\\)"),
+             ({"features": f"acausal={tmp_path}"}, f"feature 'acausal': {tmp_path}: not a model directory"),
+             ({"features": "bad"}, "--feature 'bad': expected NAME=MODEL_DIR"),
+             ({"port": 99999}, "^invalid server settings: 1 validation error for Settings\nport\n")]
+    for overrides, message in cases:
+        with pytest.raises(ValueError, match=message):
+            server_settings({"model_dir": str(model_dir), **overrides})
+    weights = tmp_path / "w.json"
+    weights.write_text('{"lm_weight": "x"}')
+    with pytest.raises(ValueError, match="w.json: field lm_weight: expected a finite number"):
+        server_settings({"model_dir": str(model_dir), "weights": str(weights)})
+    assert issubclass(SettingsError, ValueError)
