@@ -64,7 +64,10 @@ _HELP = {
     "epochs": "training epochs", "batch_size": "sentences per batch", "lr": "Adam learning rate",
     "lr_decay": "multiply lr by this after an epoch without validation gain",
     "weight_decay": "Adam weight decay", "clip": "gradient-norm clipping (0 = off)",
-    "init_range": "uniform init range", "detach": "FPI|theta: no gradient through earlier iterations",
+    "init_range": "uniform init range",
+    "init_from": "a model directory whose weights start the run (a warm start: fine-tuning, or the same "
+                 "network at another rho); same vocabulary and tensor shapes, fresh optimizer",
+    "detach": "FPI|theta: no gradient through earlier iterations",
     "seed": "random seed", "device": "auto, cpu, cuda, cuda:N", "num_threads": "CPU threads",
     "max_train_sentences": "use only the first N training sentences",
     "precision": "fp32, bf16 (bfloat16 autocast in the training forward pass), or auto (bf16 where the device computes it natively: CUDA, AVX512-BF16/AMX CPUs)",
