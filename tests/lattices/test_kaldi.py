@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 import re
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 
 import pytest
@@ -363,14 +366,8 @@ def test_errors_name_the_lattice_key_and_line_without_a_source():
 
 
 # --------------------------------------------------------------------------- fuzzing
-def check_read(text: str, symbols: list[str] | None) -> None:
-    """Reading gives valid lattices or a LatticeFormatError; what it gives writes back stably."""
-    try:
-        lattices = read_kaldi(text, symbols)
-    except LatticeFormatError:
-        return
-    for lattice in lattices:
-        lattice.validate()
+def check_round_trip(lattices: list[Lattice], symbols: list[str] | None) -> None:
+    """What was read writes back stably."""
     table = lattices[0].symbols if lattices else symbols
     written = write_kaldi(lattices)
     again = read_kaldi(written, table)
@@ -378,6 +375,540 @@ def check_read(text: str, symbols: list[str] | None) -> None:
     assert write_kaldi(again) == written
     for a, b in zip(read_kaldi(written, again[0].symbols if again else table), again):
         assert_same_lattice(a, b)
+
+
+# The text formats read independently, from their definitions (the docstrings of
+# lattices/formats/kaldi.py, openfst.py and _text.py): what a valid text holds, or where the
+# reader must report a malformed one. test_openfst.py reads OpenFst text with the same pieces.
+MAX_ID = 2**31 - 1
+FIELD_SPLIT = re.compile(r"[ \t\r]+")
+INTEGER = re.compile(r"[+-]?[0-9]+")
+NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+TIDS = re.compile(r"(?:[0-9]+(?:_[0-9]+)*)?")
+
+
+class Bad(Exception):
+    """Malformed text: ``where`` holds each (line, field) an error may name: the fields of the
+    first bad line, or every line that shows a structural problem (a state no path reaches...)."""
+
+    def __init__(self, *where: tuple[int | None, str]) -> None:
+        super().__init__(sorted(where, key=str))
+        self.where = set(where)
+
+
+def text_lines(text: str) -> list[tuple[int, str, list[str]]]:
+    """(1-based number, line, fields) of every line (fields split at spaces, tabs and \\r)."""
+    return [(n, line, [f for f in FIELD_SPLIT.split(line) if f]) for n, line in enumerate(text.split("\n"), 1)]
+
+
+def ref_id(token: str, line: int, field: str) -> int:
+    """A state id or label: an integer in 0 .. 2**31-1."""
+    if not INTEGER.fullmatch(token) or not 0 <= int(token) <= MAX_ID:
+        raise Bad((line, field))
+    return int(token)
+
+
+def ref_cost(token: str, line: int) -> float:
+    if not NUMBER.fullmatch(token) or not math.isfinite(float(token)):
+        raise Bad((line, "weight"))
+    return float(token)
+
+
+def ref_pair(token: str, line: int) -> tuple[float, float]:
+    """A LatticeWeight 'graph,acoustic'."""
+    parts = token.split(",")
+    if len(parts) != 2:
+        raise Bad((line, "weight"))
+    return ref_cost(parts[0], line), ref_cost(parts[1], line)
+
+
+def ref_compact(token: str, line: int) -> tuple[float, float, str]:
+    """A CompactLatticeWeight 'graph,acoustic,tids'."""
+    parts = token.split(",")
+    if len(parts) != 3 or not TIDS.fullmatch(parts[2]):
+        raise Bad((line, "weight"))
+    return ref_cost(parts[0], line), ref_cost(parts[1], line), parts[2]
+
+
+@dataclass
+class RefGraph:
+    """One FST as its lines say: the start is the state on the first line, costs as written."""
+
+    first_line: int
+    word_field: str
+    start: int | None = None
+    arcs: list[tuple[int, int, int, str, float, float]] = dc_field(default_factory=list)  # line, src, dst, word, g, a
+    finals: dict[int, tuple[int, float, float]] = dc_field(default_factory=dict)  # state -> line, g, a
+
+    def arc(self, line: int, src: int, dst: int, word: str, g: float, a: float) -> None:
+        self.start = src if self.start is None else self.start
+        self.arcs.append((line, src, dst, word, g, a))
+
+    def final(self, line: int, state: int, g: float, a: float) -> None:
+        if state in self.finals:
+            raise Bad((line, "state"))
+        self.start = state if self.start is None else self.start
+        self.finals[state] = (line, g, a)
+
+
+def ref_words(graphs: list[RefGraph], symbols: list[str] | None) -> tuple[tuple[str, ...], list[list[int]], bool]:
+    """(symbol table, word ids per graph, whether the labels were ids): all-integer labels are ids
+    into ``symbols``; otherwise spellings, a word of ``symbols`` keeps its id, <eps> is 0, unseen
+    words are appended in order of appearance."""
+    tokens = [arc[3] for g in graphs for arc in g.arcs]
+    if tokens and all(INTEGER.fullmatch(t) for t in tokens):
+        if symbols is None:
+            first = next(g for g in graphs if g.arcs)
+            raise Bad((first.arcs[0][0], first.word_field))
+        for g in graphs:
+            bad = [(arc[0], g.word_field) for arc in g.arcs
+                   if not (0 <= int(arc[3]) < len(symbols) and symbols[int(arc[3])])]
+            if bad:
+                raise Bad(*bad)
+        return tuple(symbols), [[int(arc[3]) for arc in g.arcs] for g in graphs], True
+    table = list(symbols or ["<eps>"])
+    index: dict[str, int] = {}
+    for i, word in enumerate(table):
+        if word:
+            index.setdefault(word, i)
+    index["<eps>"] = 0
+    ids = []
+    for g in graphs:
+        ids.append([])
+        for arc in g.arcs:
+            if arc[3] not in index:
+                index[arc[3]] = len(table)
+                table.append(arc[3])
+            ids[-1].append(index[arc[3]])
+    return tuple(table), ids, False
+
+
+def ref_structure(g: RefGraph) -> int:
+    """The number of states; raises for a gap in the numbering (the lines naming the highest state),
+    no final state (the first line), a cycle (its arcs' lines), an unreachable or a dead state
+    (the lines naming one), checked in that order."""
+    named: dict[int, set[int]] = {}
+    for line, src, dst, *_ in g.arcs:
+        named.setdefault(src, set()).add(line)
+        named.setdefault(dst, set()).add(line)
+    for state, (line, _, _) in g.finals.items():
+        named.setdefault(state, set()).add(line)
+    num_states = max(named) + 1
+    if len(named) != num_states:
+        raise Bad(*((line, "state") for line in named[num_states - 1]))
+    if not g.finals:
+        raise Bad((g.first_line, "finals"))
+    succ: dict[int, list[int]] = {}
+    pred: dict[int, list[int]] = {}
+    for _, src, dst, *_ in g.arcs:
+        succ.setdefault(src, []).append(dst)
+        pred.setdefault(dst, []).append(src)
+
+    def reach(seeds, edges) -> set[int]:
+        seen, stack = set(), list(seeds)
+        while stack:
+            state = stack.pop()
+            if state not in seen:
+                seen.add(state)
+                stack.extend(edges.get(state, []))
+        return seen
+
+    cycle = [(line, "dst") for line, src, dst, *_ in g.arcs if src in reach([dst], succ)]
+    if cycle:
+        raise Bad(*cycle)
+    for seeds, edges in (([g.start], succ), (list(g.finals), pred)):
+        missed = set(range(num_states)) - reach(seeds, edges)
+        if missed:
+            raise Bad(*((line, "state") for state in missed for line in named[state]))
+    return num_states
+
+
+def ref_facts(g: RefGraph, key: str, table: tuple[str, ...], ids: list[int], meta: dict,
+              arc_extra: dict, final_extra: dict) -> dict:
+    """What the lattice read from ``g`` must hold (as :func:`facts` shows a Lattice): scores are
+    negated costs, 0.0 - cost."""
+    return {"key": key, "num_states": ref_structure(g), "start": g.start,
+            "arcs": [(src, dst, table[w], 0.0 - gc, 0.0 - ac) for (_, src, dst, _, gc, ac), w in zip(g.arcs, ids)],
+            "finals": [(s, 0.0 - gc, 0.0 - ac) for s, (_, gc, ac) in sorted(g.finals.items())],
+            "symbols": table, "meta": meta, "arc_extra": arc_extra, "final_extra": final_extra, "negative_zeros": 0,
+            "dtypes": FACT_DTYPES}
+
+
+FACT_DTYPES = ("torch.int64",) * 3 + ("torch.float64",) * 2 + ("torch.int64",) + ("torch.float64",) * 2
+
+
+def facts(lattice: Lattice) -> dict:
+    """Everything a read lattice holds, arcs in file order, as plain values (tensors as their
+    dtype and values, tuples as tuples)."""
+    def extra(values):
+        return (str(values.dtype), values.tolist()) if isinstance(values, torch.Tensor) else ("tuple", tuple(values))
+
+    weights = [lattice.graph, lattice.acoustic, lattice.final_graph, lattice.final_acoustic]
+    return {"key": lattice.key, "num_states": lattice.num_states, "start": lattice.start,
+            "arcs": list(zip(lattice.src.tolist(), lattice.dst.tolist(),
+                             [lattice.symbols[w] for w in lattice.words.tolist()],
+                             lattice.graph.tolist(), lattice.acoustic.tolist())),
+            "finals": list(zip(lattice.finals.tolist(), lattice.final_graph.tolist(), lattice.final_acoustic.tolist())),
+            "symbols": lattice.symbols, "meta": lattice.meta,
+            "arc_extra": {k: extra(v) for k, v in lattice.arc_extra.items()},
+            "final_extra": {k: extra(v) for k, v in lattice.final_extra.items()},
+            "negative_zeros": sum(math.copysign(1.0, x) < 0 for w in weights for x in w.tolist() if x == 0),
+            "dtypes": tuple(str(getattr(lattice, name).dtype) for name in TENSORS)}
+
+
+def reference_kaldi(text: str, symbols: list[str] | None) -> list[dict]:
+    """The lattices a Kaldi text archive holds (see lattices/formats/kaldi.py), or :class:`Bad`.
+    The archive is split into lattices first (key lines), then each lattice's lines are read in
+    order, then the words of the whole archive, then each lattice's structure."""
+    blocks: list[tuple[str, int, list[tuple[int, list[str]]]]] = []
+    keys: dict[str, int] = {}
+    current = None
+    for number, line, fields in text_lines(text):
+        if current is not None:
+            if fields:
+                current.append((number, fields))
+            else:
+                current = None
+        elif fields:
+            if len(fields) > 1 and INTEGER.fullmatch(fields[0]):
+                raise Bad((number, "key"))
+            key = line.strip(" \t\r")
+            if key in keys:
+                raise Bad((number, "key"))
+            keys[key] = number
+            current = []
+            blocks.append((key, number, current))
+    parsed = [ref_kaldi_lattice(*block) for block in blocks]
+    table, ids, are_ids = ref_words([p[0] for p in parsed], symbols)
+    out = []
+    for (g, transducer, ilabels, tids, final_tids), key, row in zip(parsed, keys, ids):
+        meta = {"kaldi_type": "Lattice" if transducer else "CompactLattice", "kaldi_word_ids": are_ids}
+        arc_extra = {"kaldi_ilabel": ("torch.int64", ilabels)} if transducer else {"kaldi_tids": ("tuple", tuple(tids))}
+        final_extra = {} if transducer else {"kaldi_tids": ("tuple", tuple(final_tids[s] for s in sorted(g.finals)))}
+        out.append(ref_facts(g, key, table, row, meta, arc_extra, final_extra))
+    return out
+
+
+def ref_kaldi_lattice(key: str, key_line: int, lines: list[tuple[int, list[str]]]):
+    """(graph, is a Lattice, ilabels, arc tids, final tids by state) of one lattice's lines."""
+    if not lines:
+        raise Bad((key_line, "lattice"))
+    lattice_arc = [n for n, f in lines if len(f) == 5 or (len(f) == 4 and "," not in f[3])]
+    compact_arc = [n for n, f in lines if len(f) == 3 or (len(f) == 4 and "," in f[3])]
+    if lattice_arc and compact_arc:
+        raise Bad((max(lattice_arc[0], compact_arc[0]), "fields"))
+    transducer = bool(lattice_arc) or (not compact_arc and any(len(f) == 2 and f[1].count(",") == 1 for _, f in lines))
+    g = RefGraph(key_line, "olabel" if transducer else "word")
+    ilabels, tids, final_tids = [], [], {}
+    for n, f in lines:
+        if len(f) > 5:
+            raise Bad((n, "fields"))
+        if len(f) <= 2:
+            state = ref_id(f[0], n, "state")
+            if transducer:
+                gc, ac, t = *(ref_pair(f[1], n) if len(f) == 2 else (0.0, 0.0)), None
+            else:
+                gc, ac, t = ref_compact(f[1], n) if len(f) == 2 else (0.0, 0.0, "")
+            g.final(n, state, gc, ac)
+            final_tids[state] = t
+            continue
+        src, dst = ref_id(f[0], n, "src"), ref_id(f[1], n, "dst")
+        if transducer:
+            ilabels.append(ref_id(f[2], n, "ilabel"))
+            gc, ac = ref_pair(f[4], n) if len(f) == 5 else (0.0, 0.0)
+            g.arc(n, src, dst, f[3], gc, ac)
+        else:
+            gc, ac, t = ref_compact(f[3], n) if len(f) == 4 else (0.0, 0.0, "")
+            tids.append(t)
+            g.arc(n, src, dst, f[2], gc, ac)
+    return g, transducer, ilabels, tids, final_tids
+
+
+def check_against_reference(read, reference, text: str, symbols: list[str] | None) -> list[Lattice] | None:
+    """The reader and the reference agree: the same lattices, or an error where the reference
+    finds the problem (its line and field). Returns what was read (None for an error)."""
+    try:
+        expected, problem = reference(text, symbols), None
+    except Bad as bad:
+        expected, problem = None, bad.where
+    try:
+        got = read(text, symbols)
+    except LatticeFormatError as err:
+        assert problem is not None, f"the reference reads it, the reader says: {err}"
+        assert (err.line, err.field) in problem, (str(err), problem)
+        return None
+    assert problem is None, f"the reader reads it, the reference finds a problem at {problem}"
+    assert [facts(lattice) for lattice in got] == expected
+    return got
+
+
+def check_read(text: str, symbols: list[str] | None) -> None:
+    """Reading agrees with :func:`reference_kaldi`; what it gives writes back stably."""
+    lattices = check_against_reference(lambda t, s: read_kaldi(t, s, source="x.ark"), reference_kaldi, text, symbols)
+    if lattices is not None:
+        check_round_trip(lattices, symbols)
+
+
+# ----------------------------------------------------------------------- generated valid archives
+COST_STYLES = (repr, lambda v: f"{v:g}", lambda v: f"{v:.2f}", lambda v: f"{v:e}", lambda v: f"{v:+g}",
+               lambda v: f"{v:g}".replace("0.", ".", 1) if abs(v) < 1 else repr(v))  # each reads back as exactly v
+
+
+def cost_text(rng: random.Random) -> tuple[str, float]:
+    """(text, value) of a random cost in hundredths, -0 among them."""
+    if rng.random() < 0.05:
+        return rng.choice(["-0", "-0.0", "0", "+0"]), -0.0
+    value = rng.randint(-5000, 5000) / 100
+    return rng.choice(COST_STYLES)(value), value
+
+
+_ORDERS = {n: st.permutations(range(n)) for n in range(1, 7)}  # built once: building strategies is slow
+_EXTRA_ARCS = {n: st.lists(st.tuples(st.integers(0, n - 2), st.integers(0, n - 2)), max_size=4) for n in range(2, 7)}
+_MORE_FINALS = {n: st.lists(st.integers(0, n - 1), max_size=2) for n in range(1, 7)}
+
+
+@st.composite
+def acyclic_graphs(draw, max_states: int = 6) -> tuple[int, list[int], list[tuple[int, int]], list[int]]:
+    """(number of states, the states in a topological order (the first is the start), arcs as
+    (src, dst), final states) of a valid lattice: a chain through every state in that order and
+    forward arcs (parallel ones too); the last state is final, others may be."""
+    n = draw(st.integers(1, max_states))
+    order = draw(_ORDERS[n])
+    pairs = [(order[i], order[i + 1]) for i in range(n - 1)]
+    if n > 1:
+        pairs += [(order[min(i, j)], order[max(i, j) + 1]) for i, j in draw(_EXTRA_ARCS[n])]
+    finals = sorted({order[-1], *(order[i] for i in draw(_MORE_FINALS[n]))})
+    return n, order, pairs, finals
+
+
+@dataclass
+class Row:
+    """One line of a generated text: ``kind`` key | arc | final | blank; ``lattice``: its index in the archive."""
+
+    kind: str
+    text: str
+    lattice: int = 0
+
+
+KALDI_KEYS = ["utt1", "utt-2", "0", "a b", "utterance 123", "ü", "7"]
+KALDI_WORDS = ["<eps>", "A", "B", "HELLO", "é", "7", "x_y", "<s>"]
+
+
+@st.composite
+def kaldi_archives(draw) -> tuple[list[Row], list[str] | None, list[dict]]:
+    """(rows of a valid Kaldi text archive, the symbol table to read it with, per lattice its
+    layout: ``key``, ``transducer``, ``states``, ``order`` (topological, the start first), ``arcs``
+    (src, dst, word, graph, acoustic, ilabel, tids) in file order, ``finals`` (state, graph,
+    acoustic, tids) by state; scores are the negated costs written).
+
+    One to three lattices, each a CompactLattice (``g,a,tids`` weights) or a Lattice (ilabels,
+    ``g,a`` weights), weights left out at random (One); words all ids (with ``words.txt``) or
+    spellings (with a table or not); the first line of each names its start state, the others in
+    any order; keys with spaces, blank lines of spaces, CRLF."""
+    count = draw(st.integers(1, 3))
+    keys = draw(st.lists(st.sampled_from(KALDI_KEYS), min_size=count, max_size=count, unique=True))
+    ids = draw(st.booleans())
+    symbols = SYMBOLS if ids or draw(st.booleans()) else None
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    rows = [Row("blank", rng.choice(["", " "])) for _ in range(rng.choice([0, 0, 1, 2]))]
+    layouts, spelled = [], False
+    for k, key in enumerate(keys):
+        n, order, pairs, finals = draw(acyclic_graphs())
+        transducer = draw(st.booleans())
+        sep = rng.choice([" ", "\t", "  "])
+        lines = []  # (kind, fields, facts of the line)
+        for src, dst in pairs:
+            i = rng.randrange(len(SYMBOLS))
+            word = rng.choice([str(i), f"+{i}", f"0{i}"]) if ids else \
+                rng.choice(KALDI_WORDS if spelled else KALDI_WORDS[:5])
+            spelled = spelled or not INTEGER.fullmatch(word)  # spellings: one word at least is not a number
+            ilabel = rng.randint(0, 60)
+            (gt, gc), (at, ac) = cost_text(rng), cost_text(rng)
+            tids = rng.choice(["", "1", "2_1_1", "10_3"])
+            weight = None if rng.random() < 0.3 else f"{gt},{at}" if transducer else f"{gt},{at},{tids}"
+            ilabel_text = rng.choice([str(ilabel), f"+{ilabel}", f"0{ilabel}"])
+            fields = [str(src), str(dst), *([ilabel_text] if transducer else []), word, *([weight] if weight else [])]
+            lines.append(("arc", fields, (src, dst, word, 0.0 - gc if weight else 0.0, 0.0 - ac if weight else 0.0,
+                                          ilabel, tids if weight else "")))
+        for state in finals:
+            (gt, gc), (at, ac) = cost_text(rng), cost_text(rng)
+            tids = rng.choice(["", "4", "2_2"])
+            weight = None if rng.random() < 0.3 and (pairs or not transducer) else \
+                f"{gt},{at}" if transducer else f"{gt},{at},{tids}"
+            lines.append(("final", [str(state), *([weight] if weight else [])],
+                          (state, 0.0 - gc if weight else 0.0, 0.0 - ac if weight else 0.0, tids if weight else "")))
+        first = next(i for i, (kind, fields, _) in enumerate(lines) if int(fields[0]) == order[0])
+        lines = [lines[first]] + rng.sample(lines[:first] + lines[first + 1:], len(lines) - 1)
+        rows.append(Row("key", rng.choice(["", " ", "\t"]) + key + rng.choice(["", " ", "\t "]), k))
+        rows += [Row(kind, sep.join(fields) + rng.choice(["", "", " ", "\t"]), k) for kind, fields, _ in lines]
+        if k + 1 < count or rng.random() < 0.5:
+            rows += [Row("blank", rng.choice(["", " ", "\t"]), k) for _ in range(rng.choice([1, 1, 2]))]
+        layouts.append({"transducer": transducer, "states": n, "order": order, "key": key,
+                        "arcs": [f for kind, _, f in lines if kind == "arc"],
+                        "finals": sorted(f for kind, _, f in lines if kind == "final")})
+    return rows, symbols, layouts
+
+
+def kaldi_expected(layouts: list[dict], symbols: list[str] | None) -> list[dict]:
+    """What the generated archive holds, by the format's definition."""
+    words = [arc[2] for layout in layouts for arc in layout["arcs"]]
+    are_ids = bool(words) and all(INTEGER.fullmatch(w) for w in words)
+    table = list(symbols or ["<eps>"])
+    if not are_ids:
+        table += [w for w in dict.fromkeys(words) if w not in table]
+    out = []
+    for layout in layouts:
+        transducer = layout["transducer"]
+        spelled = [table[int(w)] if are_ids else w for _, _, w, *_ in layout["arcs"]]
+        out.append({
+            "key": layout["key"], "num_states": layout["states"], "start": layout["order"][0],
+            "arcs": [(s, d, w, g, a) for (s, d, _, g, a, _, _), w in zip(layout["arcs"], spelled)],
+            "finals": [(s, g, a) for s, g, a, _ in layout["finals"]], "symbols": tuple(table),
+            "meta": {"kaldi_type": "Lattice" if transducer else "CompactLattice", "kaldi_word_ids": are_ids},
+            "arc_extra": {"kaldi_ilabel": ("torch.int64", [arc[5] for arc in layout["arcs"]])} if transducer else
+            {"kaldi_tids": ("tuple", tuple(arc[6] for arc in layout["arcs"]))},
+            "final_extra": {} if transducer else {"kaldi_tids": ("tuple", tuple(f[3] for f in layout["finals"]))},
+            "negative_zeros": 0, "dtypes": FACT_DTYPES})
+    return out
+
+
+def render(rows: list[Row], newline: str = "\n") -> str:
+    return newline.join(row.text for row in rows)
+
+
+@FUZZ
+@given(kaldi_archives(), st.sampled_from(["\n", "\r\n"]))
+def test_fuzz_valid_archives_read_as_the_format_defines_them(archive, newline):
+    rows, symbols, layouts = archive
+    text = render(rows, newline)
+    expected = kaldi_expected(layouts, symbols)
+    assert [facts(lattice) for lattice in read_kaldi(text, symbols, source="x.ark")] == expected
+    assert reference_kaldi(text, symbols) == expected  # the reference the random-text tests trust reads it so too
+
+
+def new_arc(transducer: bool, src: int, dst: int, ids: bool) -> str:
+    """An arc line of the lattice's type, without a weight."""
+    return f"{src} {dst} " + ("0 " if transducer else "") + ("1" if ids else "A")
+
+
+def arcs_on_cycles(arcs: list[tuple[int, int, int]]) -> set[int]:
+    """The lines of the arcs (line, src, dst) that lie on a cycle (src reachable from dst)."""
+    succ: dict[int, list[int]] = {}
+    for _, src, dst in arcs:
+        succ.setdefault(src, []).append(dst)
+    on = set()
+    for line, src, dst in arcs:
+        seen, stack = set(), [dst]
+        while stack:
+            state = stack.pop()
+            if state not in seen:
+                seen.add(state)
+                stack.extend(succ.get(state, []))
+        if src in seen:
+            on.add(line)
+    return on
+
+
+def break_graph(draw, pick: int, rows: list[Row], lines: list[int], transducer: bool, num_states: int, order: list[int],
+                ids: bool, weights: list[str], word_at: int, word_field: str, int_ilabels: bool = True
+                ) -> tuple[set[int], str, str]:
+    """Break one line of an FST's ``lines`` (row indices; the first names the start), or add one:
+    a state, a weight (one of ``weights``), too many fields, an ilabel (transducers whose ilabels
+    are all integers, ``int_ilabels``), a word id (when ``ids``; the word is field ``word_at`` of an
+    arc line, named ``word_field``), a final state listed twice, an arc that makes a dead or an
+    unreachable state, a gap in the numbering or a cycle: the ``pick``-th of those that apply,
+    modulo their number. Changes ``rows``; returns (the line numbers an error may name, its
+    field, the kind of break)."""
+    arc_rows = [i for i in lines if len(rows[i].text.split()) >= 3]
+    final_rows = [i for i in lines if len(rows[i].text.split()) <= 2]
+    kinds = ["state", "weight", "fields", "twice", "dead", "gap", "unreachable", "cycle"]
+    kinds += (["ilabel"] if transducer and int_ilabels and arc_rows else []) + (["word"] if ids and arc_rows else [])
+    kind = kinds[pick % len(kinds)]
+    row = draw(st.sampled_from(arc_rows if kind in ("ilabel", "word") else final_rows if kind == "twice" else lines))
+    fields = rows[row].text.split()
+    is_arc = len(fields) >= 3
+    if kind in ("state", "ilabel", "word", "weight", "fields"):
+        if kind == "state":
+            at = draw(st.integers(0, 1)) if is_arc else 0
+            field = ("src", "dst")[at] if is_arc else "state"
+            fields[at] = draw(st.sampled_from(["x", "-1", "1.5", "99999999999", "1e3", "+-1"]))
+        elif kind == "ilabel":
+            fields[2], field = draw(st.sampled_from(["-1", "-40", "99999999999"])), "ilabel"
+        elif kind == "word":
+            fields[word_at] = draw(st.sampled_from([str(len(SYMBOLS) + 2), "-3", "999"]))
+            field = word_field
+        elif kind == "weight":
+            at = (word_at + 1) if is_arc else 1
+            fields[at:] = [draw(st.sampled_from(weights))]
+            field = "weight"
+        else:
+            fields += ["9"] * draw(st.integers(6 - len(fields), 7))
+            field = "fields"
+        rows[row] = Row(rows[row].kind, " ".join(fields), rows[row].lattice)
+        return {row + 1}, field, kind
+    if kind == "twice":
+        rows.insert(row + 1, Row("final", rows[row].text, rows[row].lattice))
+        return {row + 2}, "state", kind
+    m = num_states
+    src, dst = draw(st.sampled_from(order)), draw(st.sampled_from(order))
+    arc = {"dead": (src, m), "gap": (src, m + 1), "unreachable": (m, dst),
+           "cycle": tuple(sorted((src, dst), key=order.index, reverse=True))}[kind]
+    at = draw(st.integers(lines[0] + 1, lines[-1] + 1))
+    rows.insert(at, Row("arc", new_arc(transducer, *arc, ids), rows[lines[0]].lattice))
+    if kind != "cycle":
+        return {at + 1}, "state", kind
+    arcs = [(i + 1, int(f[0]), int(f[1])) for i, r in enumerate(rows) if r.lattice == rows[at].lattice
+            and r.kind == "arc" and len(f := r.text.split()) >= 3]
+    return arcs_on_cycles(arcs), "dst", kind
+
+
+COMPACT_BAD_WEIGHTS = ["x,1,", "1,x,", "1e999,0,", "1,2,3_x", "1,2,3,4", "inf,0,", ",,", "1,2,_"]
+LATTICE_BAD_WEIGHTS = ["x,1", "1,x", "1e999,0", "1", "0,nan", ","]
+
+
+@st.composite
+def broken_kaldi_archives(draw) -> tuple[str, list[str] | None, set[int], str, str | None, str]:
+    """(a valid archive with one thing broken, its symbols, the lines the error may name, its
+    field, the lattice key it names (None: not checked), the kind of break). Besides
+    :func:`break_graph`'s breaks: a key line left out, a key used twice, a lattice split by a blank
+    line."""
+    pick = draw(st.integers(0, 2**10))  # drawn first: hypothesis shrinks the last draws towards 0 most
+    rows, symbols, layouts = draw(kaldi_archives())
+    k = draw(st.integers(0, len(layouts) - 1))
+    layout = layouts[k]
+    key_row = next(i for i, r in enumerate(rows) if r.lattice == k and r.kind == "key")
+    lines = [i for i, r in enumerate(rows) if r.lattice == k and r.kind in ("arc", "final")]
+    ids = bool(kaldi_expected(layouts, symbols)[0]["meta"]["kaldi_word_ids"])
+    transducer = layout["transducer"]
+    kind = (["no key", "key twice", "split"] + ["graph"] * 6)[pick // 16 % 9]
+    if kind == "no key" and len(rows[lines[0]].text.split()) >= 2:
+        del rows[key_row]
+        return render(rows), symbols, {key_row + 1}, "key", None, kind
+    if kind == "key twice" and k > 0:
+        rows[key_row] = Row("key", layouts[draw(st.integers(0, k - 1))]["key"], k)
+        return render(rows), symbols, {key_row + 1}, "key", rows[key_row].text, kind
+    splits = [i for i in lines[1:] if len(rows[i].text.split()) >= 2]  # the line after the blank is no key
+    if kind == "split" and splits:
+        at = draw(st.sampled_from(splits))
+        rows.insert(at, Row("blank", draw(st.sampled_from(["", " ", "\t"])), k))
+        return render(rows), symbols, {at + 2}, "key", None, kind
+    weights = LATTICE_BAD_WEIGHTS if transducer else COMPACT_BAD_WEIGHTS
+    if layout["arcs"]:  # with arc lines telling the type, a weight of the other type is no type change
+        weights = weights + (["1,2,3"] if transducer else ["1,2"])
+    where, field, how = break_graph(draw, pick, rows, lines, transducer, layout["states"], layout["order"], ids,
+                                    weights, 3 if transducer else 2, "olabel" if transducer else "word")
+    return render(rows), symbols, where, field, layout["key"], how
+
+
+@FUZZ
+@given(broken_kaldi_archives())
+def test_fuzz_a_broken_line_is_named(case):
+    text, symbols, lines, field, key, kind = case
+    with pytest.raises(LatticeFormatError) as info:
+        read_kaldi(text, symbols, source="x.ark")
+    error = info.value
+    assert error.line in lines and (error.field, error.source) == (field, "x.ark"), (kind, lines, field, str(error))
+    assert key is None or error.key == key, (kind, key, str(error))
 
 
 TOKENS = ["0", "1", "2", "3", "-1", "A", "B", "<eps>", "7", "1.5", "1,2", "1,2,", "0.5,-1,3_4", "x,y,", "1,2,a",
@@ -409,7 +940,7 @@ def test_fuzz_random_lattice_blocks(blocks, separator, with_symbols):
 
 
 @FUZZ
-@given(st.text(max_size=200), st.booleans())
+@given(st.one_of(st.text(max_size=200), st.text(alphabet="u \t\r\n0123,._-+eAB<eps>x", max_size=200)), st.booleans())
 def test_fuzz_arbitrary_text(text, with_symbols):
     check_read(text, SYMBOLS if with_symbols else None)
 
@@ -418,10 +949,12 @@ VALID = COMPACT + "\n" + TRANSDUCER.replace("utt", "utt3") + "\nutt4\n0 1 A 1,2,
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 10**6), st.sampled_from(TOKENS)),
+@given(st.one_of(st.just((VALID, None)), kaldi_archives().map(lambda archive: (render(archive[0]), archive[1]))),
+       st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 10**6), st.sampled_from(TOKENS)),
                 min_size=1, max_size=4), st.booleans())
-def test_fuzz_mutations_of_a_valid_archive(mutations, with_symbols):
-    check_read(mutate_lines(VALID, mutations), SYMBOLS if with_symbols else None)
+def test_fuzz_mutations_of_a_valid_archive(archive, mutations, with_symbols):
+    text, symbols = archive
+    check_read(mutate_lines(text, mutations), symbols or (SYMBOLS if with_symbols else None))
 
 
 def test_unmutated_archive_is_valid():
