@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 import torch
 from hypothesis import given
@@ -10,7 +13,11 @@ from hypothesis import strategies as st
 from lattices.formats.openfst import read_openfst, write_openfst
 from lattices.lattice import Lattice, LatticeFormatError
 from tests.factories import MUTATIONS, VALID_MUTATIONS, mutate_lines, neutral_mutation
-from tests.lattices.test_kaldi import FUZZ, TOKENS, assert_same_lattice, canonical, real_archive
+from tests.lattices.test_kaldi import (
+    FACT_DTYPES, FUZZ, INTEGER, NUMBER, TOKENS, Bad, RefGraph, Row, acyclic_graphs, assert_same_lattice, break_graph,
+    canonical, check_against_reference, cost_text, facts, real_archive, ref_cost, ref_facts, ref_id, ref_pair,
+    ref_words, render, text_lines,
+)
 
 ACCEPTOR = """\
 0 1 HELLO 1.5
@@ -168,18 +175,187 @@ def test_malformed_fsts_name_line_and_field(text, symbols, line, field, words):
 
 
 # --------------------------------------------------------------------------- fuzzing
-def check_read(text: str, symbols: list[str] | None) -> None:
-    """Reading gives a valid lattice or a LatticeFormatError; what it gives writes back stably."""
-    try:
-        lattice = read_openfst(text, symbols)
-    except LatticeFormatError:
-        return
+def check_round_trip(lattice: Lattice) -> None:
+    """What was read writes back stably."""
     lattice.validate()
     written = write_openfst(lattice)
-    again = read_openfst(written, lattice.symbols)
+    again = read_openfst(written, lattice.symbols, key=lattice.key)
     assert canonical(again) == canonical(lattice)
     assert write_openfst(again) == written
-    assert_same_lattice(read_openfst(written, again.symbols), again)
+    assert_same_lattice(read_openfst(written, again.symbols, key=lattice.key), again)
+
+
+def reference_openfst(text: str, symbols: list[str] | None) -> list[dict]:
+    """The one FST of OpenFst text (see lattices/formats/openfst.py) as a list of its facts, or
+    :class:`Bad`. Checked in this order: the number of fields of every line, acceptor against
+    transducer lines, each line in order, the word labels, the ilabels, the structure."""
+    lines = [(n, f) for n, _, f in text_lines(text) if f]
+    if not lines:
+        raise Bad((None, "lattice"))
+    for n, f in lines:
+        if len(f) > 5:
+            raise Bad((n, "fields"))
+    five = next((n for n, f in lines if len(f) == 5), None)
+    three = next((n for n, f in lines if len(f) == 3), None)
+    if five is not None and three is not None:
+        raise Bad((max(five, three), "fields"))
+    fourth = [f[3] for _, f in lines if len(f) == 4]
+    transducer = five is not None or (three is None and bool(fourth) and not any(
+        "," in t or (NUMBER.fullmatch(t) and not INTEGER.fullmatch(t)) for t in fourth))
+    g = RefGraph(lines[0][0], "olabel" if transducer else "label")
+    ilabels: list[tuple[int, str]] = []
+    weight_kind = None
+    for n, f in lines:
+        final = len(f) <= 2
+        if final:
+            state, weight = ref_id(f[0], n, "state"), (f[1] if len(f) == 2 else None)
+        else:
+            src, dst = ref_id(f[0], n, "src"), ref_id(f[1], n, "dst")
+            word_at = 3 if transducer else 2
+            if transducer:
+                ilabels.append((n, f[2]))
+            word, weight = f[word_at], (f[word_at + 1] if len(f) == word_at + 2 else None)
+        gc = ac = 0.0
+        if weight is not None:
+            kind = "lattice" if "," in weight else "tropical"
+            weight_kind = weight_kind or kind
+            if kind != weight_kind:
+                raise Bad((n, "weight"))
+            gc, ac = ref_pair(weight, n) if kind == "lattice" else (ref_cost(weight, n), 0.0)
+        if final:
+            g.final(n, state, gc, ac)
+        else:
+            g.arc(n, src, dst, word, gc, ac)
+    table, (ids,), are_ids = ref_words([g], symbols)
+    arc_extra = {}
+    if transducer and all(INTEGER.fullmatch(t) for _, t in ilabels):
+        arc_extra["openfst_ilabel"] = ("torch.int64", [ref_id(t, n, "ilabel") for n, t in ilabels])
+    elif transducer:
+        arc_extra["openfst_ilabel"] = ("tuple", tuple(t for _, t in ilabels))
+    meta = {"openfst_type": "transducer" if transducer else "acceptor", "openfst_weight": weight_kind or "tropical",
+            "openfst_word_ids": are_ids}
+    return [ref_facts(g, "k", table, ids, meta, arc_extra, {})]
+
+
+def read_one(text: str, symbols: list[str] | None) -> list[Lattice]:
+    return [read_openfst(text, symbols, source="x.fst", key="k")]
+
+
+def check_read(text: str, symbols: list[str] | None) -> None:
+    """Reading agrees with :func:`reference_openfst`; what it gives writes back stably."""
+    read = check_against_reference(read_one, reference_openfst, text, symbols)
+    if read is not None:
+        check_round_trip(read[0])
+
+
+FST_WORDS = ["<eps>", "A", "B", "HELLO", "é", "7", "x_y"]
+
+
+@st.composite
+def openfst_texts(draw) -> tuple[list[Row], list[str] | None, dict, dict]:
+    """(rows of a valid FST in OpenFst text, the symbol table to read it with, what it holds (as
+    :func:`facts`), its layout: ``transducer``, ``states``, ``order`` (topological, the start first),
+    ``ids``, ``weights``).
+
+    An acceptor or a transducer (integer ilabels, or any); no weights, tropical costs or
+    ``graph,acoustic`` pairs, each left out at random (One); labels all ids (with a table) or
+    spellings (with a table or not); the first line names the start state, the others come in any
+    order, with blank lines among them. A tropical acceptor whose arc lines all have 4 fields has
+    one weight written with a point (else, by the format's rule, it would read as a transducer)."""
+    n, order, pairs, finals = draw(acyclic_graphs())
+    transducer = bool(pairs) and draw(st.booleans())
+    weights = draw(st.sampled_from(["none", "tropical", "lattice"]))
+    ids = bool(pairs) and draw(st.booleans())
+    symbols = SYMBOLS if ids or draw(st.booleans()) else None
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+
+    def weight() -> tuple[str | None, float, float]:
+        if weights == "none" or rng.random() < 0.3:
+            return None, 0.0, 0.0
+        (gt, gc), (at, ac) = cost_text(rng), cost_text(rng)
+        return (f"{gt},{at}", gc, ac) if weights == "lattice" else (gt, gc, 0.0)
+
+    arcs, spelled, symbolic = [], False, rng.random() < 0.3  # symbolic: some ilabels are not integers
+    for src, dst in pairs:
+        i = rng.randrange(len(SYMBOLS))
+        word = rng.choice([str(i), f"+{i}", f"0{i}"]) if ids else rng.choice(FST_WORDS if spelled else FST_WORDS[:5])
+        spelled = spelled or not INTEGER.fullmatch(word)
+        ilabel = rng.choice([str(rng.randint(0, 60))] * 3 + (["x", "#0", "1.5"] if symbolic else []))
+        arcs.append([src, dst, ilabel, word, *weight()])
+    if not transducer and weights == "tropical" and arcs and all(a[4] is not None for a in arcs) and not any(
+            re.search("[.eE]", a[4]) for a in arcs):
+        arcs[0][4] = repr(arcs[0][5])
+    lines = [("arc", [str(s), str(d), *([il] if transducer else []), w, *([wt] if wt else [])])
+             for s, d, il, w, wt, _, _ in arcs]
+    final_weights = {state: weight() for state in finals}
+    lines += [("final", [str(state), *([final_weights[state][0]] if final_weights[state][0] else [])])
+              for state in finals]
+    first = next(i for i, (_, fields) in enumerate(lines) if int(fields[0]) == order[0])
+    shuffled = rng.sample([*range(first), *range(first + 1, len(lines))], len(lines) - 1)
+    rows = []
+    for i in [first, *shuffled]:
+        if rows and rng.random() < 0.15:
+            rows.append(Row("blank", rng.choice(["", " ", "\t"])))
+        rows.append(Row(lines[i][0], rng.choice([" ", "\t", "  "]).join(lines[i][1]) + rng.choice(["", "", " ", "\t"])))
+    file_arcs = [arcs[i] for i in [first, *shuffled] if i < len(arcs)]
+    words = [a[3] for a in file_arcs]
+    table = list(SYMBOLS if ids else symbols or ["<eps>"])
+    if not ids:
+        table += [w for w in dict.fromkeys(words) if w not in table]
+    all_int = all(INTEGER.fullmatch(a[2]) for a in file_arcs)
+    written = [w for a in file_arcs for w in a[4:5] if w] + [w for w, _, _ in final_weights.values() if w]
+    expected = {
+        "key": "k", "num_states": n, "start": order[0],
+        "arcs": [(s, d, table[int(w)] if ids else w, 0.0 - gc, 0.0 - ac) for s, d, _, w, _, gc, ac in file_arcs],
+        "finals": [(s, 0.0 - gc, 0.0 - ac) for s, (_, gc, ac) in sorted(final_weights.items())],
+        "symbols": tuple(table),
+        "meta": {"openfst_type": "transducer" if transducer else "acceptor",
+                 "openfst_weight": weights if written else "tropical", "openfst_word_ids": ids},
+        "arc_extra": {} if not transducer else {"openfst_ilabel": ("torch.int64", [int(a[2]) for a in file_arcs])}
+        if all_int else {"openfst_ilabel": ("tuple", tuple(a[2] for a in file_arcs))},
+        "final_extra": {}, "negative_zeros": 0, "dtypes": FACT_DTYPES}
+    layout = {"transducer": transducer, "states": n, "order": order, "ids": ids, "weights": weights,
+              "int_ilabels": all_int}
+    return rows, symbols, expected, layout
+
+
+@FUZZ
+@given(openfst_texts(), st.sampled_from(["\n", "\r\n"]))
+def test_fuzz_valid_fsts_read_as_the_format_defines_them(fst, newline):
+    rows, symbols, expected, _ = fst
+    text = render(rows, newline)
+    assert facts(read_openfst(text, symbols, source="x.fst", key="k")) == expected
+    assert reference_openfst(text, symbols) == [expected]  # the reference the random-text tests trust reads it so too
+
+
+BAD_WEIGHTS = {"tropical": ["1e999", "-1.5e400", "1,2,3", "1,x", "x,1", ","],
+               "lattice": ["1,x", "x,1", "1,2,3", "1e999,0", "0,-1e999", ",", "1,", "1e999"],
+               "none": ["1e999", "1,2,3", "1,x", "nan,1"]}
+
+
+@st.composite
+def broken_openfst_texts(draw) -> tuple[str, list[str] | None, set[int], str, str]:
+    """(a valid FST with one line broken or added (:func:`break_graph`), its symbols, the lines the
+    error may name, its field, the kind of break)."""
+    pick = draw(st.integers(0, 2**10))  # drawn first: hypothesis shrinks the last draws towards 0 most
+    rows, symbols, _, layout = draw(openfst_texts())
+    lines = [i for i, row in enumerate(rows) if row.kind != "blank"]
+    transducer = layout["transducer"]
+    where, field, kind = break_graph(draw, pick, rows, lines, transducer, layout["states"], layout["order"],
+                                     layout["ids"], BAD_WEIGHTS[layout["weights"]], 3 if transducer else 2,
+                                     "olabel" if transducer else "label", layout["int_ilabels"])
+    return render(rows), symbols, where, field, kind
+
+
+@FUZZ
+@given(broken_openfst_texts())
+def test_fuzz_a_broken_line_is_named(case):
+    text, symbols, lines, field, kind = case
+    with pytest.raises(LatticeFormatError) as info:
+        read_openfst(text, symbols, source="x.fst", key="k")
+    error = info.value
+    assert error.line in lines and (error.field, error.source, error.key) == (field, "x.fst", "k"), (
+        kind, lines, field, str(error))
 
 
 SYMBOLS = ["<eps>", "A", "B", "C", "D"]
@@ -198,17 +374,19 @@ def test_fuzz_random_lines(lines, with_symbols):
 
 
 @FUZZ
-@given(st.text(max_size=200), st.booleans())
+@given(st.one_of(st.text(max_size=200), st.text(alphabet=" \t\r\n0123,.e-+AB<eps>x", max_size=200)), st.booleans())
 def test_fuzz_arbitrary_text(text, with_symbols):
     check_read(text, SYMBOLS if with_symbols else None)
 
 
 @FUZZ
-@given(st.sampled_from([ACCEPTOR, TRANSDUCER, "0 1 A 1,2\n1 2 B\n2 0,1\n"]),
+@given(st.one_of(st.sampled_from([(ACCEPTOR, None), (TRANSDUCER, None), ("0 1 A 1,2\n1 2 B\n2 0,1\n", None)]),
+                 openfst_texts().map(lambda fst: (render(fst[0]), fst[1]))),
        st.lists(st.tuples(st.sampled_from(MUTATIONS[:-1]), st.integers(0, 10**6), st.sampled_from(TOKENS)),
                 min_size=1, max_size=3), st.booleans())
 def test_fuzz_mutations_of_a_valid_fst(base, mutations, with_symbols):
-    check_read(mutate_lines(base, mutations), SYMBOLS if with_symbols else None)
+    text, symbols = base
+    check_read(mutate_lines(text, mutations), symbols or (SYMBOLS if with_symbols else None))
 
 
 @FUZZ
