@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import math
 import random
+import re
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -18,8 +20,9 @@ from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
 from lm.corpus import encode
-from lm.ngram import LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer, read_arpa, sentence_logprob
-from lm.ngram.store import load_store, parse_arpa_store, save_store
+from lm.ngram import (LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer, parse_arpa, read_arpa,
+                      sentence_logprob)
+from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
 from tests.factories import (replacing_options, MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
@@ -277,40 +280,348 @@ def test_unreadable_input_names_the_source(tmp_path):
     assert issubclass(ArpaFormatError, ValueError)
 
 
-def check_read(text: str) -> None:
-    """Reading gives a model whose every distribution is finite, or an ArpaFormatError naming the source."""
-    try:
-        model = read_arpa(text, source="fuzz.arpa")
-    except ArpaFormatError as err:
-        assert str(err).startswith("fuzz.arpa:"), err
-        return
-    scorer = NgramScorer(model)
-    words = list(model.words)
-    values = score_pairs(scorer, [["<s>", w] for w in words], words)
-    assert values.shape == (len(words),) and not torch.isnan(values).any()
+# ------------------------------------------------------------------------------------ fuzzing
+# The expectations below come from the format's definition (lm/ngram/arpa.py and lm/ngram/model.py
+# docstrings), computed here: log10 numbers in the file, natural logs out (times ln 10), the
+# back-off rule, <s> never predicted, unknown words as the first unknown-word symbol listed.
+LN10 = math.log(10.0)
+UNK_PREFERENCE = ("<unk>", "<UNK>", "[unk]", "<SPOKEN_NOISE>")  # the documented unknown-word symbols, in order
+ARPA_WORDS = ["a", "b", "c", "é", "x\\y", "-1", "<unk>", "<UNK>", "[unk]"]  # "-1" is a word, "x\y" has a backslash
+COUNT_LINE = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")
 
 
-TOKENS = ["<s>", "</s>", "a", "b", "<unk>", "-0.5", "x", "\\data\\", "\\2-grams:", "ngram", "1=6", "nan", ""]
+class ArpaReading(NamedTuple):
+    """What a text means by the format: ``error_line`` (None: the error names no line) when it is
+    malformed, else its unigrams in file order and ``entries``: n-gram words -> (log10 p, log10 bo)."""
+
+    valid: bool
+    error_line: int | None = None
+    order: int = 0
+    counts: tuple[int, ...] = ()
+    unigrams: tuple[str, ...] = ()
+    entries: dict[tuple[str, ...], tuple[float, float]] = {}
+
+
+def reference_arpa(text: str) -> ArpaReading:
+    """An independent reading of ARPA text, line by line (the format of lm/ngram/arpa.py); the
+    first problem in file order is the one reported. Numbers are Python floats (``-inf`` a valid
+    log-probability; ``nan``, ``+inf`` and infinite back-offs are not)."""
+    def error(line: int | None) -> ArpaReading:
+        return ArpaReading(False, line)
+
+    lines = text.split("\n")
+    data = next((i for i, line in enumerate(lines) if line.strip() == "\\data\\"), None)
+    if data is None:
+        return error(None)
+    rest = iter(list(enumerate(lines, 1))[data + 1:])
+
+    def next_nonblank() -> tuple[int, str] | None:
+        return next(((number, line.strip()) for number, line in rest if line.strip()), None)
+
+    counts: list[int] = []
+    while (pending := next_nonblank()) is not None and not pending[1].startswith("\\"):
+        match = COUNT_LINE.fullmatch(pending[1])
+        if match is None or int(match[1]) != len(counts) + 1:
+            return error(pending[0])
+        counts.append(int(match[2]))
+    if not counts:
+        return error(pending[0] if pending else len(lines) + 1)
+    order, unigrams, entries = len(counts), {}, {}
+    for n in range(1, order + 1):
+        header = pending if pending is not None else next_nonblank()
+        if header is None:
+            return error(None)
+        if header[1] != f"\\{n}-grams:":
+            return error(header[0])
+        pending, found = None, 0
+        for number, line in rest:
+            fields = line.split()
+            if not fields:
+                continue
+            if fields[0].startswith("\\"):
+                pending = (number, line.strip())
+                break
+            if len(fields) not in (n + 1, n + 2 if n < order else n + 1):
+                return error(number)
+            try:
+                logprob, backoff = float(fields[0]), float(fields[n + 1]) if len(fields) == n + 2 else 0.0
+            except ValueError:
+                return error(number)
+            gram = tuple(fields[1:n + 1])
+            if n > 1 and not all(w in unigrams for w in gram):
+                return error(number)
+            if math.isnan(logprob) or logprob == math.inf or not math.isfinite(backoff) or gram in entries:
+                return error(number)
+            entries[gram] = (logprob, backoff)
+            if n == 1:
+                unigrams[gram[0]] = None
+            found += 1
+        if found != counts[n - 1]:
+            return error(header[0])
+    end = pending if pending is not None else next_nonblank()
+    if end is None:
+        return error(None)
+    if end[1] != "\\end\\":
+        return error(end[0])
+    if "</s>" not in unigrams:
+        return error(None)
+    return ArpaReading(True, None, order, tuple(counts), tuple(unigrams), entries)
+
+
+def unk_of(unigrams) -> str | None:
+    """The unknown-word symbol of a file's unigrams (None: the file has none)."""
+    return next((u for u in UNK_PREFERENCE if u in unigrams), None)
+
+
+def model_words(reading: ArpaReading) -> list[str]:
+    """The model's words as documented: the unigrams in file order, then <s> and <unk> if absent."""
+    return [*reading.unigrams, *(w for w in ("<s>", unk_of(reading.unigrams) or "<unk>") if w not in reading.unigrams)]
+
+
+def assert_model_is(model: NgramModel, reading: ArpaReading) -> None:
+    """The model holds exactly the file's n-grams, log10 numbers times ln 10 (a back-off of 0 is none)."""
+    assert list(model.words) == model_words(reading)
+    assert (model.order, model.counts) == (reading.order, reading.counts)
+    words = model.words
+    got = {tuple(words[i] for i in context) + (words[w],): p
+           for context, row in model.logprobs.items() for w, p in row.items()}
+    assert got == {gram: p * LN10 for gram, (p, _) in reading.entries.items()}
+    assert {tuple(words[i] for i in gram): b for gram, b in model.backoffs.items()} == {
+        gram: b * LN10 for gram, (_, b) in reading.entries.items() if b != 0}
+
+
+def expected_logprob(reading: ArpaReading, history: list[str], word: str) -> float:
+    """ln P(word | history) by the back-off rule, from the file's log10 numbers."""
+    unk = unk_of(reading.unigrams)
+
+    def token(w: str) -> str | None:  # None: an unknown word of a file without <unk> (matches nothing)
+        return w if w in reading.unigrams or w == "<s>" else unk
+
+    floor = -99.0 * LN10
+    target = token(word)
+    if word == "<s>" or target is None:
+        return floor
+    keep = reading.order - 1
+    context = [token(w) for w in history][max(0, len(history) - keep):] if keep else []
+    entries, total = reading.entries, 0.0
+    while (*context, target) not in entries:  # the unigram of a file word is always listed
+        total += entries.get(tuple(context), (0.0, 0.0))[1] * LN10
+        context = context[1:]
+    return total + entries[(*context, target)][0] * LN10
+
+
+NUMBER_STYLES = (lambda x: f"{x:.3f}", repr, lambda x: f"{x:.6e}", lambda x: f"{x:g}")  # all read back as x
+SEPARATORS = (" ", "\t", "  ", " \t")
+
+
+def log10_number(rng: random.Random, backoff: bool) -> tuple[str, float] | None:
+    """(text, value) of a random log10 probability (-99 and -inf among them) or back-off weight
+    (None: no back-off field), thousandths written in one of several ways."""
+    roll = rng.random()
+    if backoff and roll < 0.3:
+        return None
+    if roll < 0.4:
+        return rng.choice([("0", 0.0)] if backoff else [("-99", -99.0), ("-inf", -math.inf)])
+    value = rng.randint(-3000, 2000) / 1000 if backoff else rng.randint(-6000, 0) / 1000
+    return rng.choice(NUMBER_STYLES)(value), value
+
+
+class ArpaFile(NamedTuple):
+    """A generated ARPA file: its lines, what they mean, and where each part is."""
+
+    lines: list[str]
+    reading: ArpaReading
+    entry_rows: dict[int, tuple[int, tuple[str, ...], bool]]  # line index -> (order, gram, has a back-off)
+    count_rows: dict[int, int]  # order -> line index of its 'ngram N=COUNT'
+    header_rows: dict[int, int]  # order -> line index of \n-grams:
+    section_ends: dict[int, int]  # order -> line index of the line after the section
+
+
+@st.composite
+def arpa_files(draw) -> ArpaFile:
+    """A valid ARPA model of order 1..4 over a few words (some unknown-word symbols, odd words),
+    with <s> or not, random log10 probabilities (-99 and -inf among them) and back-offs, n-grams in
+    any order within a section, any blanks, text before \\data\\ and after \\end\\."""
+    order = draw(st.integers(1, 4))
+    vocabulary = draw(st.lists(st.sampled_from(ARPA_WORDS), unique=True, max_size=5))
+    unigrams = [*vocabulary, "</s>", *(["<s>"] if draw(st.booleans()) else [])]
+    levels = [[(w,) for w in unigrams]] + [draw(st.lists(st.tuples(*[st.sampled_from(unigrams)] * n), unique=True,
+                                                         max_size=6)) for n in range(2, order + 1)]
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))  # numbers and layout
+    lines = rng.sample(["written by a test", "", "ngram 1=99", "\\1-grams:", " \\data"], rng.randint(0, 3))
+    lines.append(rng.choice(["\\data\\", " \\data\\\t"]))
+    count_rows = {}
+    for n, grams in enumerate(levels, 1):
+        count_rows[n] = len(lines)
+        lines.append(rng.choice([f"ngram {n}={len(grams)}", f"ngram  {n} = {len(grams)}", f"ngram {n}= {len(grams)} "]))
+    entries, entry_rows, header_rows, section_ends = {}, {}, {}, {}
+    for n, grams in enumerate(levels, 1):
+        lines.append(rng.choice(["", "  "]))
+        header_rows[n] = len(lines)
+        lines.append(f"\\{n}-grams:")
+        for gram in rng.sample(grams, len(grams)):
+            (p_text, p), bo = log10_number(rng, False), (log10_number(rng, True) if n < order else None)
+            if rng.random() < 0.15:
+                lines.append(rng.choice(["", " ", "\t"]))
+            first, inner, last = (rng.choice(SEPARATORS) for _ in range(3))
+            entry_rows[len(lines)] = (n, gram, bo is not None)
+            blank = rng.choice(["", "", " ", "\t"])
+            lines.append(first.join([p_text, inner.join(gram)]) + (last + bo[0] if bo else "") + blank)
+            entries[gram] = (p, bo[1] if bo else 0.0)
+        section_ends[n] = len(lines)
+    lines += ["", "\\end\\"] + rng.sample(["", "junk after the end", "\\1-grams:"], rng.randint(0, 2))
+    file_order = tuple(gram[0] for gram in entries if len(gram) == 1)  # the unigrams as written
+    reading = ArpaReading(True, None, order, tuple(len(g) for g in levels), file_order, entries)
+    return ArpaFile(lines, reading, entry_rows, count_rows, header_rows, section_ends)
+
+
+def query_rows(reading: ArpaReading, extra: list[list[str]]) -> tuple[list[list[str]], list[str]]:
+    """(history, word) pairs: every listed context and unigram history, ``extra`` histories, and
+    every word (plus <s>, an unknown word and <unk>) after each."""
+    histories = [[], *([w] for w in reading.unigrams), *(list(g[:-1]) for g in reading.entries if len(g) > 1), *extra]
+    targets = [*reading.unigrams, "<s>", "zebra", "<unk>"]
+    pairs = [(h, w) for h in histories for w in targets]
+    return [h for h, _ in pairs], [w for _, w in pairs]
+
+
+def assert_scores(scorer, histories: list[list[str]], words: list[str], expected: list[float],
+                  tolerance: float) -> None:
+    """The scorer's ln P(words[j] | histories[j]) are ``expected`` (within ``tolerance`` times the
+    largest magnitude of the file's numbers, about 230; infinities equal)."""
+    width = max(1, max(map(len, histories)))
+    ids = scorer.word_ids([w for h in histories for w in h]).tolist()
+    rows, at = [], 0
+    for history in histories:
+        rows.append([0] * (width - len(history)) + ids[at:at + len(history)])
+        at += len(history)
+    got = scorer.score(torch.tensor(rows), torch.tensor([len(h) for h in histories]), scorer.word_ids(words),
+                       torch.arange(len(words)))
+    want = torch.tensor(expected, dtype=torch.float64)
+    close = (got == want) | ((got - want).abs() <= tolerance * 230)
+    bad = (~close).nonzero().flatten().tolist()
+    assert not bad, [(histories[j], words[j], float(got[j]), expected[j]) for j in bad[:5]]
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 10**6), st.sampled_from(TOKENS)),
+@given(arpa_files(), st.sampled_from(["text", "bytes", "gzip"]), st.sampled_from(["\n", "\r\n"]),
+       st.lists(st.lists(st.sampled_from(["a", "b", "<s>", "zebra", "</s>", "<unk>", "-1"]), max_size=4), max_size=4))
+def test_fuzz_valid_files_read_as_the_format_defines_them(arpa, kind, newline, extra_histories):
+    text = newline.join(arpa.lines)
+    data = text.encode() if kind == "bytes" else gzip.compress(text.encode()) if kind == "gzip" else text
+    model = read_arpa(data, source="fuzz.arpa")
+    assert_model_is(model, arpa.reading)
+    histories, words = query_rows(arpa.reading, extra_histories)
+    expected = [expected_logprob(arpa.reading, h, w) for h, w in zip(histories, words)]
+    assert_scores(NgramScorer(model), histories, words, expected, 1e-15)
+    store = parse_arpa_store(text, source="fuzz.arpa")  # float32 numbers: the scorer of --model LM.arpa
+    assert_scores(StoreScorer(store), histories, words, expected, 1e-6)  # float32: 6e-8 relative
+
+
+BAD_NUMBERS = ["x", "1..2", "--1", "0x1f", "nan", "-nan", "inf", "+inf", "1e999", "1,5"]
+
+
+@st.composite
+def broken_arpa_files(draw) -> tuple[str | bytes, int, str]:
+    """(a valid file with one line broken, the 1-based number of that line, a phrase of the
+    message). The broken line is an n-gram (a number, a word, the number of fields, a repeat, a
+    byte that is not UTF-8), a section header, or the count of the section's order."""
+    pick = draw(st.integers(0, 2**10))  # drawn first: hypothesis shrinks the last draws towards 0 most
+    arpa = draw(arpa_files())
+    lines = list(arpa.lines)
+    orders = sorted({n for n, _, _ in arpa.entry_rows.values()})
+    at_order = orders[pick // 16 % len(orders)]  # each order about as often as the others
+    row = draw(st.sampled_from([i for i, (n, _, _) in sorted(arpa.entry_rows.items()) if n == at_order]))
+    n, gram, has_backoff = arpa.entry_rows[row]
+    fields = lines[row].split()
+    highest = n == arpa.reading.order
+    kinds = ["logprob", "fields", "twice", "count", "header", "utf8"] + ([] if highest else ["backoff"]) + (
+        ["word"] if n > 1 else [])
+    kind = kinds[pick % len(kinds)]
+    if kind == "logprob":
+        fields[0] = draw(st.sampled_from(BAD_NUMBERS))
+        phrase = "not finite" if fields[0] in ("nan", "-nan", "inf", "+inf", "1e999") else "not a number"
+    elif kind == "backoff":
+        fields[n + 1:] = [draw(st.sampled_from(BAD_NUMBERS + ["-inf"]))]
+        phrase = "not finite" if fields[n + 1] in ("nan", "-nan", "inf", "+inf", "-inf", "1e999") else "not a number"
+    elif kind == "word":
+        fields[draw(st.integers(1, n))] = "zebra"
+        phrase = "word 'zebra' is not among the unigrams"
+    elif kind == "fields":
+        extra = draw(st.sampled_from(["drop", "add"]))
+        fields = fields[:n] if extra == "drop" else fields + ["-0.5"] * (1 if highest else 3 - has_backoff)
+        phrase = "expected log10 prob and"
+    elif kind == "twice":  # the same n-gram again, later in its section: the later line is named
+        at = draw(st.integers(row + 1, arpa.section_ends[n]))
+        lines.insert(at, f"{draw(st.sampled_from(['-0.5', '-inf', '-99', '0']))} {' '.join(gram)}")
+        text = "\n".join(lines)
+        return text, at + 1, f"{'unigram' if n == 1 else f'{n}-gram'} {' '.join(gram)!r} is listed twice"
+    elif kind == "count":  # the header's count of order n: named at the section's header line
+        lines[arpa.count_rows[n]] = f"ngram {n}={arpa.reading.counts[n - 1] + draw(st.sampled_from([1, 2, 7]))}"
+        return "\n".join(lines), arpa.header_rows[n] + 1, "the header declares"
+    elif kind == "header":
+        row = arpa.header_rows[n]
+        lines[row] = draw(st.sampled_from([f"\\{n}-gram:", f"\\{n + 1}-grams:", f"\\{n}-grams: x", "\\end\\"]))
+        return "\n".join(lines), row + 1, f"expected \\{n}-grams:"
+    else:  # a byte that is not UTF-8 inside an n-gram line of the file's bytes
+        data = "\n".join(lines).encode()
+        start = len("\n".join(lines[:row]).encode()) + (1 if row else 0)
+        at = start + draw(st.integers(0, len(lines[row].encode())))
+        return data[:at] + b"\xff" + data[at:], row + 1, "not UTF-8"
+    lines[row] = " ".join(fields)
+    return "\n".join(lines), row + 1, phrase
+
+
+@FUZZ
+@given(broken_arpa_files())
+def test_fuzz_a_broken_line_is_named(case):
+    data, line, phrase = case
+    with pytest.raises(ArpaFormatError) as info:
+        read_arpa(data, source="fuzz.arpa")
+    message = str(info.value)
+    assert message.startswith(f"fuzz.arpa:{line}: ") and phrase in message, (line, phrase, message)
+
+
+def check_against_reference(text: str) -> bool:
+    """The reader and :func:`reference_arpa` agree: the same model, or an error naming the source
+    and the same line (none where the reference names none). Returns whether the text was valid."""
+    expected = reference_arpa(text)
+    try:
+        model = parse_arpa(text, source="fuzz.arpa")
+    except ArpaFormatError as err:
+        where = re.match(r"fuzz\.arpa(?::(\d+))?: ", str(err))
+        assert where is not None, str(err)
+        assert not expected.valid, f"the reference reads it, the reader says {err}"
+        assert (int(where[1]) if where[1] else None) == expected.error_line, (str(err), expected.error_line)
+        return False
+    assert expected.valid, f"the reader reads it, the reference names line {expected.error_line}"
+    assert_model_is(model, expected)
+    return True
+
+
+TOKENS = ["<s>", "</s>", "a", "b", "<unk>", "-0.5", "x", "\\data\\", "\\2-grams:", "ngram", "1=6", "nan", "", "\\end\\",
+          "-inf", "1=2", "\\1-grams:", "ngram 2=1"]
+
+
+@FUZZ
+@given(st.one_of(st.just(HAND), arpa_files().map(lambda arpa: "\n".join(arpa.lines))),
+       st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 10**6), st.sampled_from(TOKENS)),
                 min_size=1, max_size=3), st.sampled_from([" ", "\t"]))
-def test_fuzz_mutations_of_a_valid_file(mutations, separator):
-    check_read(mutate_lines(HAND.replace("\t", separator), mutations, separator))
+def test_fuzz_mutations_of_a_valid_file(text, mutations, separator):
+    check_against_reference(mutate_lines(text.replace("\t", separator), mutations, separator))
 
 
 @FUZZ
 @given(st.lists(st.one_of(st.sampled_from(HAND_LINES), st.lists(st.sampled_from(TOKENS), max_size=5).map(" ".join)),
                 max_size=30))
 def test_fuzz_random_lines(lines):
-    check_read("\n".join(["\\data\\", *lines]))
+    check_against_reference("\n".join(["\\data\\", *lines]))
 
 
 @FUZZ
-@given(st.text(max_size=200))
-def test_fuzz_arbitrary_text(text):
-    check_read(text + "\n")
+@given(st.one_of(st.text(max_size=200), st.text(alphabet="\\datngrm=123 -.5ab</>\n\t", max_size=200)),
+       st.sampled_from(["", "\\data\\\nngram 1=1\n"]))
+def test_fuzz_arbitrary_text(text, prefix):
+    check_against_reference(prefix + text + "\n")
 
 
 # ------------------------------------------------------------------------- rescoring, no neural LM
