@@ -356,6 +356,14 @@ class _Lattices(dict):
         return lattices
 
 
+def _shown(path: Path | None) -> str | None:
+    """A model path as the table shows it: relative to the checkout when inside it."""
+    if path is None:
+        return None
+    root = Path(__file__).resolve().parents[1]
+    return str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else str(path)
+
+
 def _fresh(command: str, limit: int | None, info: dict[str, Any], restarts: int, folds: int) -> dict[str, Any]:
     return {"command": command, "audio": AUDIO, "limit": limit, "sets": info, "environment": environment(),
             "tuning": {"search": "afp.tune.joint_tune", "restarts": restarts, "folds": folds,
@@ -379,12 +387,14 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
     for name, known in table.get("sets", {}).items():  # keep the reading time of an earlier run
         if "read_seconds_per_utterance" in known and name in info:
             info[name].setdefault("read_seconds_per_utterance", known["read_seconds_per_utterance"])
-    table.update({"command": command, "sets": info, "audio": AUDIO})
+    # the table's command; each system's entry keeps the command that computed its rows
+    table.update({"command": " ".join(command.split()[:3] + ([f"--limit {limit}"] if limit else [])),
+                  "sets": info, "audio": AUDIO})
     directions = [(SETS[0], SETS[1]), (SETS[1], SETS[0])]
     for system in systems:
         table["systems"][system.name] = {"label": system.label, "kind": system.kind, "how": system.how,
-                                         "model": str(system.model) if system.model else None, "n": system.n,
-                                         "feature": str(system.feature) if system.feature else None}
+                                         "model": _shown(system.model), "n": system.n,
+                                         "feature": _shown(system.feature), "command": command}
         reason = unavailable(system, cache)
         if reason is not None:
             table["unavailable"][system.name] = reason
