@@ -1,0 +1,5 @@
+"""``python -m bench.report``: see :mod:`bench.report`."""
+
+from bench.report import main
+
+main()

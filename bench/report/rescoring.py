@@ -1,0 +1,150 @@
+"""Sections on rescoring speed: real AMI lattices against n-best and Kaldi-style rescoring, long
+lattices, hard inputs, merged model calls, sentence scoring and the HTTP load test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.report.common import device_files, load_json, plot_link, ratio_cell, table, where
+
+
+def rescoring(results: Path) -> list[str]:
+    """``rescoring_<device>.json``: AFP-rho's expansion and time on the AMI lattices against
+    n-best and Kaldi-style rescoring, and the Kaldi-style LM error; "Not run yet." when absent."""
+    lines = ["## Rescoring real AMI lattices (`python -m bench.rescoring_speed`)", ""]
+    for device, data in device_files(results, "rescoring"):
+        rows = []
+        for rho, afp in data["afp"].items():
+            ratios = data["ratios"][rho]
+            rows.append([rho, f"{afp['expanded_arcs']:,}", f"{afp['unique_contexts']:,}", afp["total_seconds"],
+                         *(ratios[f"nbest_{n}_over_afp"] for n in data["nbest"]), ratios["kaldi_style_over_afp"]])
+        nbest = [f"n-best {n} / AFP" for n in data["nbest"]]
+        models = data["models"]
+        afp_ppl = ", ".join(f"{rho} {ppl:.2f}" for rho, ppl in models["afp_valid_ppl"].items())
+        lines += [f"### {device}: {where(data)}; {len(data['lattices'])} lattices"
+                  + plot_link(results, f"rescoring_{device}.png"), "",
+                  f"Models: {json.dumps(models['architecture'])} on conversational text; validation perplexity "
+                  f"of the exact RNN {models['rnn_valid_ppl']:.2f}, of AFP {afp_ppl}. Ratios are times of the "
+                  f"baseline over AFP-rho's total (above 1: AFP is faster).", "",
+                  *table(["rho", "expanded arcs", "unique contexts", "AFP total s", *nbest, "Kaldi-style / AFP"],
+                         rows)]
+        rows = [[name, k["total_seconds"], k["lm_error_vs_true_rnn"]["mean_abs"], k["lm_error_vs_true_rnn"]["max_abs"]]
+                for name, k in data["kaldi_style"].items()]
+        lines += ["Kaldi-style rescoring (RNN state from the first history to arrive): its LM scores against the "
+                  "same RNN's true sentence scores, in nats per hypothesis:", "",
+                  *table(["history", "total s", "mean abs error", "max abs error"], rows)]
+    return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
+
+
+def long_lattices(results: Path) -> list[str]:
+    """``long_lattices.json``: parse and rescore time and peak memory per case, against the
+    baseline commit's code where it ran; nothing when absent."""
+    data = load_json(results / "long_lattices.json")
+    if not data:
+        return []
+    rows = []
+    for row in data["rows"]:
+        now, base = row["current"], row.get("baseline")
+        rows.append([row["case"], f"{now['arcs']:,}", f"{now['levels']:,}", now["parse_s"], now["rescore_s"],
+                     now["total_s"], now["peak_rss_mb"], *((base["total_s"], row["speedup"], base["peak_rss_mb"],
+                                                            row["memory_ratio"]) if base else ("-",) * 4)])
+    env = data.get("environment", {})
+    return ["## Long lattices: parse and rescore time and peak memory (`python -m bench.long_lattices`)", "",
+            f"`{data['command']}`: CPU, {data['threads']} torch threads per case, torch {env.get('torch', '?')}; "
+            f"model `{data['model']}`; every case in a fresh process; the baseline is the code of "
+            f"`{data['baseline_ref']}` (ratios baseline / current: above 1, the current code is faster or smaller).",
+            "", *table(["case", "arcs", "levels", "parse s", "rescore s", "total s", "peak RSS MB",
+                        "baseline total s", "speed-up", "baseline peak RSS MB", "memory ratio"], rows)]
+
+
+def hard_inputs(results: Path) -> list[str]:
+    """``hard_inputs.json``: time of the inputs that took the engine out of its budget, against
+    the baseline commit's code; nothing when absent."""
+    data = load_json(results / "hard_inputs.json")
+    if not data:
+        return []
+    rows = []
+    for row in data["rows"]:
+        now, base = row["current"], row.get("baseline", {})
+        base_cell = (f"stopped after {base['timed_out']:g} s" if "timed_out" in base
+                     else base.get("total_s", "-"))
+        rows.append([row["case"], now["lattices"], f"{now['symbols']:,}" if now.get("symbols") else "-",
+                     now["total_s"], now["per_lattice_s"], now["peak_rss_mb"], base_cell,
+                     ratio_cell(row.get("speedup")), base.get("peak_rss_mb", "-"),
+                     {True: "yes", False: "no"}.get(row.get("same_best"), "-")
+                     + (f" ({row['ties']} of equal score)" if row.get("ties") else "")])
+    env = data.get("environment", {})
+    return ["## Inputs that took the engine out of its budget (`python -m bench.hard_inputs`)", "",
+            f"`{data['command']}`: CPU, {data['threads']} torch thread per case, torch {env.get('torch', '?')}; "
+            f"model `{data['model']}`; every case in a fresh process, parse and rescore; the baseline is the code "
+            f"of `{data['baseline_ref']}` (main before this work).", "",
+            *table(["case", "lattices", "symbols", "total s", "s per lattice", "peak RSS MB", "baseline total s",
+                    "speed-up", "baseline peak RSS MB", "same best paths"], rows)]
+
+
+def merged_rescoring(results: Path) -> list[str]:
+    """``merged_rescoring_<device>.json``: lattices/s and contexts/s, one model call per lattice
+    against merged calls, per set and output-layer precision; nothing when absent."""
+    lines = ["## Rescoring every real lattice: one model call per lattice against merged calls "
+             "(`python -m bench.merged_rescoring`)", ""]
+    for device, data in device_files(results, "merged_rescoring"):
+        rows = []
+        for name, entry in data["sets"].items():
+            for precision, modes in entry["precisions"].items():
+                for mode, run in modes.items():
+                    if not isinstance(run, dict) or "lattices_per_s" not in run:
+                        continue
+                    rows.append([name, entry["lattices"], precision, mode.replace("_", " "), run["model_calls"],
+                                 round(run["lattices_per_s"], 1), round(run["contexts_per_s"]),
+                                 ratio_cell(run.get("speed_over_per_lattice")),
+                                 {True: "yes", False: "no"}.get(run.get("same_best_words"), "-"),
+                                 f"{run['max_abs_lm_logprob_diff']:.1e}" if "max_abs_lm_logprob_diff" in run else "-"])
+                for other, cmp in modes.items():
+                    if other.startswith("vs_"):
+                        rows.append([name, entry["lattices"], precision, f"per lattice {other.replace('_', ' ')}", "-",
+                                     "-", "-", ratio_cell(cmp["speed_ratio_per_lattice"]),
+                                     "yes" if cmp["same_best_words"] else "no", f"{cmp['max_abs_lm_logprob_diff']:.1e}"])
+        lines += [f"### {device}: {where(data)}; merged calls of up to {data['args']['batch_pairs']:,} pairs; the "
+                  "best path's words and LM log-probability compared lattice by lattice with one call per lattice "
+                  "(float32) or, for `vs fp32` rows, with the float32 output layer", "",
+                  *table(["set", "lattices", "output layer", "mode", "model calls", "lattices/s", "contexts/s",
+                          "x per lattice", "same best words", "max abs LM diff"], rows)]
+    return lines if len(lines) > 2 else []
+
+
+def sentence_scoring(results: Path) -> list[str]:
+    """``sentence_scoring_<device>.json``: the shared-context sentence scoring of afp ppl/score
+    against the sentence forward pass; nothing when absent."""
+    lines = ["## Sentence scoring: shared contexts against the sentence forward pass "
+             "(`python -m bench.sentence_scoring`)", ""]
+    for device, data in device_files(results, "sentence_scoring"):
+        rows = [[r["set"], r["model"], f"{r['sentences']:,}", f"{r['tokens']:,}",
+                 f"{r['shared']['tokens_per_s']:,.0f}", f"{r['forward']['tokens_per_s']:,.0f}",
+                 ratio_cell(r["speedup"]), f"{r['shared']['ppl']:.3f}", f"{r['forward']['ppl']:.3f}",
+                 f"{r['max_sentence_logprob_diff']:.1e}"] for r in data["results"]]
+        lines += [f"### {device}: {where(data)}; `{data['command']}`, {data['results'][0]['threads']} torch "
+                  "thread(s), fp32", "",
+                  *table(["set", "model", "sentences", "tokens", "shared tokens/s", "forward tokens/s", "speed-up",
+                          "ppl shared", "ppl forward", "max sentence diff"], rows)]
+    return lines if len(lines) > 2 else []
+
+
+def load_test(results: Path) -> list[str]:
+    """``load_<device>.json``: requests per second and latency quantiles of the HTTP service,
+    with and without the request batcher, per number of connections; "Not run yet." when absent."""
+    lines = ["## HTTP load test (`python -m bench.load_test`)", ""]
+    for device, data in device_files(results, "load"):
+        on, off = data["results"]["batching"], data["results"]["no_batching"]
+
+        def quantiles(r: dict[str, Any]) -> str:
+            return f"{r['p50']:.3f} / {r['p95']:.3f} / {r['p99']:.3f}"
+
+        rows = [[a["connections"], a["throughput"], b["throughput"], quantiles(a), quantiles(b),
+                 sum(a["errors"].values()) + sum(b["errors"].values())] for a, b in zip(on, off, strict=True)]
+        lines += [f"### {device}: {where(data)}; model `{data['model']}`, {data['seconds_per_setting']:.0f} s per "
+                  f"setting, {data['lattices']} lattices round-robin" + plot_link(results, f"load_{device}.png"), "",
+                  *table(["connections", "req/s batching", "req/s no batching", "p50/p95/p99 s batching",
+                          "p50/p95/p99 s no batching", "errors"], rows)]
+    return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
