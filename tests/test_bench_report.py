@@ -254,3 +254,50 @@ def test_pocketsphinx_rescore_section_renders_targets_and_skips_the_old_format(t
     assert ("| 20,000 | tuned on dev_clean, applied to dev_other | 26.46 | 22.02 | -4.44 (p 0.00094, [-7.07, -1.71], "
             "significant) | lm 1.25, penalty 0.833 |") in text
     assert "| 20,000 | tuned on dev_other | - | - | no weights better than the decoder's 1-best | - |" in text
+
+
+def _rho_row(rtf: float, arcs: float, oracle: float, wer: dict, both: float | None, decoder: float | None) -> dict:
+    return {"rtf": rtf, "expanded_arcs_per_utt": arcs, "oracle_wer_kept": oracle, "wer": wer, "wer_both": both,
+            "decoder_wer_both": decoder, "peak_memory_mib": 812.4}
+
+
+def test_rho_sweep_section_has_a_row_per_model_and_target(tmp_path):
+    assert "bench.rho_sweep" not in render(tmp_path)  # no JSON: no section
+    training = {"init_from": "models/librispeech/afp", "init_steps": 109652, "steps": 1000}
+    clean, other = "tuned on dev_clean, applied to dev_other", "tuned on dev_other, applied to dev_clean"
+    _write(tmp_path / "rho_sweep.json", {
+        "command": "python -m bench.rho_sweep --limit 100 ", "environment": {"threads": 1, "torch": "2.x"},
+        "limit": 100, "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)", "models": {
+            "rho2": {"path": "runs/rho-finetune/rho2", "rho": 2, "ppl": 301.234,
+                     "training": {**training, "best_valid_ppl": 250.5}, "targets": {
+                         "20000": _rho_row(0.31, 18000.4, 9.876, {clean: 23.456, other: 21.111}, 22.3, 30.04),
+                         "5000": _rho_row(0.0456, 4900.0, 14.5, {other: 22.5}, None, None)}},
+            "rho4": {"path": "runs/rho-finetune/rho4", "rho": 4, "ppl": 280.0,
+                     "training": {**training, "best_valid_ppl": 240.0},
+                     "targets": {"10000": _rho_row(0.2, 9876.0, 11.0, {clean: 22.0, other: 20.0}, 21.0, 30.04)}}}})
+    text = render(tmp_path)
+    assert "## Which rho and which target for PocketSphinx lattices? (`python -m bench.rho_sweep`)" in text
+    assert ("`python -m bench.rho_sweep --limit 100`: the audio is synthetic (text-to-speech voices, "
+            "bench/pocketsphinx_set.py); the first 100 utterances of each PocketSphinx dev set.") in text
+    assert ("rho2 `runs/rho-finetune/rho2` (rho 2, best books/ valid ppl 250.50); rho4 `runs/rho-finetune/rho4` "
+            "(rho 4, best books/ valid ppl 240.00); each fine-tuned on books/ at its rho from the shipped AFP-4 "
+            "weights `models/librispeech/afp` (109,652 steps) for 1,000 steps, so they differ only in rho.") in text
+    assert "seconds per audio second, CPU, 1 threads, torch 2.x, on a loaded machine: compare within this" in text
+    assert ("| model | rho | Portrait ppl | target arcs | expanded arcs/utt | oracle WER kept | "
+            f"WER {clean} | WER {other} | WER both | decoder WER both | RTF | peak MiB |") in text
+    assert "| rho2 | 2 | 301.23 | 5,000 | 4,900 | 14.50 | - | 22.50 | - | - | 0.046 | 812 |" in text
+    assert "| rho2 | 2 | 301.23 | 20,000 | 18,000 | 9.88 | 23.46 | 21.11 | 22.30 | 30.04 | 0.310 | 812 |" in text
+    assert "| rho4 | 4 | 280.00 | 10,000 | 9,876 | 11.00 | 22.00 | 20.00 | 21.00 | 30.04 | 0.200 | 812 |" in text
+    assert text.index("| rho2 | 2 | 301.23 | 5,000 |") < text.index("| rho2 | 2 | 301.23 | 20,000 |")  # numeric order
+    assert "rho_sweep.png" not in text  # no plot, no link
+    (tmp_path / "rho_sweep.png").write_bytes(b"png")
+    assert "before tuning (plot `rho_sweep.png`)." in render(tmp_path)
+    assert text.count("Not run yet.") == 7  # the other sections as with no JSON at all
+
+    data = json.loads((tmp_path / "rho_sweep.json").read_text())
+    data["models"]["rho4"]["training"]["steps"] = 500  # trained for other steps: each model says its own
+    _write(tmp_path / "rho_sweep.json", data)
+    text = render(tmp_path)
+    assert "(rho 2, 1,000 steps, best books/ valid ppl 250.50); rho4 `runs/rho-finetune/rho4` (rho 4, 500 steps," \
+        in text
+    assert "(109,652 steps) for the steps shown, so they differ only in rho." in text

@@ -149,3 +149,59 @@ def pocketsphinx_wer_table(results: Path) -> list[str]:
         lines += ["Not in the table: " + "; ".join(f"{n} ({systems.get(n, {}).get('label', n)}): {why}"
                                                    for n, why in data["unavailable"].items()) + ".", ""]
     return lines
+
+
+def _count(value: int | None) -> str:
+    """``1,000``, or ``?`` for a count a model's config does not record."""
+    return "?" if value is None else f"{value:,}"
+
+
+def _percent(value: float | None) -> str:
+    """A WER with two decimals, ``-`` when there is none (the joint search kept the decoder's 1-best)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _rho_models(models: dict[str, Any]) -> str:
+    """The models of ``rho_sweep.json`` in a sentence: each one's path, rho and books/ validation
+    perplexity, the weights they all start from and how long each was trained on."""
+    trainings = [m["training"] for m in models.values()]
+    steps = {t["steps"] for t in trainings}
+    each = "; ".join(f"{name} `{m['path']}` (rho {m['rho']}, "
+                     + ("" if len(steps) == 1 else f"{_count(m['training']['steps'])} steps, ")
+                     + f"best books/ valid ppl {_percent(m['training']['best_valid_ppl'])})"
+                     for name, m in models.items())
+    start = ", ".join(dict.fromkeys(f"`{t['init_from']}` ({_count(t['init_steps'])} steps)" for t in trainings))
+    length = f"{_count(next(iter(steps)))} steps" if len(steps) == 1 else "the steps shown"
+    return (f"{each}; each fine-tuned on books/ at its rho from the shipped AFP-4 weights {start} for {length}, so "
+            "they differ only in rho")
+
+
+def rho_sweep(results: Path) -> list[str]:
+    """``rho_sweep.json``: per model of ``bench/rho_finetune.sh`` (the same fine-tuning at rho 2, 3
+    and 4) and per target size, the expansion, the lattice oracle kept, the WER tuned on one dev
+    set and applied to the other, speed and memory; nothing when absent."""
+    data = load_json(results / "rho_sweep.json")
+    if not data or not data.get("models"):
+        return []
+    models = data["models"]
+    directions = list(dict.fromkeys(d for m in models.values() for r in m["targets"].values() for d in r["wer"]))
+    rows = []
+    for name, model in models.items():
+        for target, r in sorted(model["targets"].items(), key=lambda kv: int(kv[0])):
+            rows.append([name, model["rho"], f"{model['ppl']:.2f}", f"{int(target):,}",
+                         f"{r['expanded_arcs_per_utt']:,.0f}", f"{r['oracle_wer_kept']:.2f}",
+                         *(_percent(r["wer"].get(d)) for d in directions), _percent(r["wer_both"]),
+                         _percent(r["decoder_wer_both"]), f"{r['rtf']:.3f}",
+                         "-" if r.get("peak_memory_mib") is None else f"{r['peak_memory_mib']:.0f}"])
+    return ["## Which rho and which target for PocketSphinx lattices? (`python -m bench.rho_sweep`)", "",
+            f"`{data['command'].strip()}`: the audio is {data['audio']}; the first {data['limit']} utterances of each "
+            f"PocketSphinx dev set. Models: {_rho_models(models)}. The AFP model alone rescores (a mixture with the "
+            "4-gram would expand to order 4 whatever the rho). Portrait ppl: perplexity on The Portrait of a Lady "
+            "(the clean held-out book); target: the expansion's target arcs per lattice; oracle: the lattice oracle "
+            "WER of the lattices rescored. WER in percent, tuned by afp tune's joint search on one set and applied "
+            "to the other (`-`: the search kept the decoder's 1-best); both: the two applied sets together, against "
+            f"the decoder's 1-best on the same words. RTF: rescoring's seconds per audio second, {where(data)}, on a "
+            "loaded machine: compare within this table; peak: the process's resident memory after rescoring, before "
+            "tuning" + plot_link(results, "rho_sweep.png") + ".", "",
+            *table(["model", "rho", "Portrait ppl", "target arcs", "expanded arcs/utt", "oracle WER kept",
+                    *(f"WER {d}" for d in directions), "WER both", "decoder WER both", "RTF", "peak MiB"], rows)]
