@@ -4,6 +4,8 @@
     python -m bench.pocketsphinx_set --ref .../dev_other/ref_wer.trn --name dev_other
     python -m bench.pocketsphinx_rescore                       # the defaults, every lattice, tuned
     python -m bench.pocketsphinx_rescore --no-tune --target 20000 --target 50000 [--limit 100]
+    python -m bench.pocketsphinx_rescore --no-tune --out bench/results/pocketsphinx_speed.json \
+        --note "otherwise idle"                                # the speed table alone, on a quiet machine
 
 For each PocketSphinx set (runs/pocketsphinx/NAME: lattices as the decoder wrote them, its 1-best,
 the references) and target size of a dense lattice's expansion (``--target``: the engine's
@@ -143,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--restarts", type=int, default=1, help="afp tune's random restarts (default 1)")
     parser.add_argument("--folds", type=int, default=1, help="afp tune's cross-validation folds (default 1: none)")
     parser.add_argument("--out", default=str(RESULTS / "pocketsphinx_rescore.json"))
+    parser.add_argument("--note", help="what else the machine ran (recorded with the results)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     tick = time.perf_counter()
@@ -152,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"command": "python -m bench.pocketsphinx_rescore " + " ".join(argv or []),
                               "model": args.model, "model_load_seconds": load_seconds, "environment": environment(),
                               "audio": "synthetic (text-to-speech voices, bench/pocketsphinx_set.py)", "targets": {}}
+    if args.note:
+        report["machine"] = args.note
     if Path(args.out).is_file():  # keep the other targets' runs (each entry records its own command)
         import json
 

@@ -23,7 +23,8 @@ from bench.common import RESULTS
 from bench.report.common import Section
 from bench.report.espnet import acausal, tune_transfer, untuned_defaults, wer, wer_models
 from bench.report.ngrams import bundled_mixtures, ngrams
-from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_wer_table, rho_sweep
+from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_speed, \
+    pocketsphinx_wer_table, rho_sweep
 from bench.report.rescoring import hard_inputs, load_test, long_lattices, merged_rescoring, rescoring, \
     sentence_scoring
 from bench.report.training import bundled, conversational, epoch_timing, reproduction, softmax_wikitext, \
@@ -35,7 +36,7 @@ SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_thro
                                  softmax_wikitext, rescoring,
                                  long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load_test, wer,
                                  tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
-                                 conversational, pocketsphinx_sets, pocketsphinx_rescore,
+                                 conversational, pocketsphinx_sets, pocketsphinx_rescore, pocketsphinx_speed,
                                  pocketsphinx_wer_table, rho_sweep)
 
 

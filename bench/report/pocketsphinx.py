@@ -68,7 +68,20 @@ def pocketsphinx_rescore(results: Path) -> list[str]:
     """``pocketsphinx_rescore.json``: per target_expanded_arcs value, the time of every step of
     rescoring each PocketSphinx set and the WER tuned on one set, applied to the other; nothing
     when absent or in the older format (``budgets`` in place of ``targets``)."""
-    data = load_json(results / "pocketsphinx_rescore.json")
+    return _rescore_section(results, "pocketsphinx_rescore.json",
+                            "Exact rescoring of PocketSphinx lattices: time per step and WER")
+
+
+def pocketsphinx_speed(results: Path) -> list[str]:
+    """``pocketsphinx_speed.json``: the same speed table from a run on a quiet machine (its
+    ``machine`` note says what else ran); nothing when absent or in the older format."""
+    return _rescore_section(results, "pocketsphinx_speed.json",
+                            "Exact rescoring of PocketSphinx lattices: speed on a quiet machine")
+
+
+def _rescore_section(results: Path, name: str, title: str) -> list[str]:
+    """A section of ``bench.pocketsphinx_rescore``'s output file ``name``, headed ``title``."""
+    data = load_json(results / name)
     if not data or not isinstance(data.get("targets"), dict):
         return []
     known = load_json(results / "pocketsphinx_sets.json") or {}
@@ -91,10 +104,10 @@ def pocketsphinx_rescore(results: Path) -> list[str]:
                 continue
             wer.append([f"{int(target):,}", direction, f"{r['decoder_wer']:.2f}", f"{r['rescored_wer']:.2f}",
                         _against(r.get("against_decoder")), _weights(r.get("tune", {}).get("chosen", {}).get("point"))])
-    lines = ["## Exact rescoring of PocketSphinx lattices: time per step and WER "
-             "(`python -m bench.pocketsphinx_rescore`)", "",
+    lines = [f"## {title} (`python -m bench.pocketsphinx_rescore`)", "",
              f"`{data['command'].strip()}`: model `{data['model']}` (loaded in {data['model_load_seconds']:.1f} s), "
-             f"{where(data)}; the audio is {data['audio']}"
+             f"{where(data)}" + (f" ({data['machine']})" if data.get("machine") else "")
+             + f"; the audio is {data['audio']}"
              + (f", except {', '.join(sorted(real))} (real speech)" if real else "")
              + ". Each step in seconds per audio second, summed over the set (read: the SLF file; determinize, "
              "minimize, fit: the reduction before expansion); RTF: rescoring's and the decoder's; arcs and contexts: "
