@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (BOOKS_EM_LINES, BOOKS_PORTRAIT_LINES, REPO_ROOT, RESULTS, SHARED_DATA, afp, afp_ppl, environment,
-                          line_range, write_json)
+                          line_range, store_bf16, write_json)
 
 MODELS = REPO_ROOT / "models"
 RUNS = REPO_ROOT / "runs" / "bundle_mixtures"
@@ -94,9 +94,6 @@ def conversational_part(target: Path) -> Path:
 def books_large_part(target: Path, run: Path) -> Path:
     """The books-large run's weights as bfloat16 in ``models/librispeech/afp/``, with its training
     record (sources, licence, the stored weights' validation perplexity) and a TRAINING.md."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
     part = target / "afp"
     if target.is_dir() and (target / "config.json").is_file():  # the 7.6M-word model this replaces
         for name in ("config.json", "model.safetensors", "metrics.jsonl", "TRAINING.md"):
@@ -105,8 +102,7 @@ def books_large_part(target: Path, run: Path) -> Path:
     weights = run / "model.safetensors"
     if not weights.is_file():  # a kept bf16 copy (bench/results/books-large/best)
         weights = run / "model.bf16.safetensors"
-    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
-    save_file(tensors, str(part / "model.safetensors"), metadata={"format": "afp-rescore/1"})
+    store_bf16(weights, part / "model.safetensors")
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     state = json.loads((run / "state.json").read_text(encoding="utf-8")) if (run / "state.json").is_file() else {}
     if not state and "steps" in config.get("training", {}):  # a checkpoint's config records its step and epochs

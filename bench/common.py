@@ -108,3 +108,13 @@ def line_range(path: Path, first: int, last: int | None, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(lines), encoding="utf-8")
     return out
+
+
+def store_bf16(weights: Path, target: Path) -> None:
+    """``weights`` (a model's safetensors) written to ``target`` with its floating-point tensors
+    in bfloat16 (half the size; a model loads them as float32)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
+    save_file(tensors, str(target), metadata={"format": "afp-rescore/1"})

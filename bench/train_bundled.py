@@ -23,7 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, trained, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, store_bf16, \
+    trained, write_json
 
 #: largest relative change of validation perplexity that bfloat16 storage may cause
 BF16_TOLERANCE = 1e-3
@@ -185,9 +186,6 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
     """Copy the winner to ``models/<preset>/`` (its ``afp/`` part when that is a bundled mixture;
     bfloat16 weights where the preset says so), measure
     its validation perplexity as stored, and write ``TRAINING.md``."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
     from lm.checkpoint import load_checkpoint
     from lm.corpus import encode, load_corpus
     from lm.evaluate import score_corpus
@@ -200,10 +198,10 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
               f"{preset} to re-estimate the weights")
     target.mkdir(parents=True, exist_ok=True)
     dtype = spec.get("store_dtype", "float32")
-    tensors = load_file(str(run_dir / "model.safetensors"))
     if dtype == "bfloat16":
-        tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "afp-rescore/1"})
+        store_bf16(run_dir / "model.safetensors", target / "model.safetensors")
+    else:
+        shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     loaded = load_checkpoint(target)
