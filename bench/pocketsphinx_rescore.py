@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--folds", type=int, default=1, help="afp tune's cross-validation folds (default 1: none)")
     parser.add_argument("--out", default=str(RESULTS / "pocketsphinx_rescore.json"))
     parser.add_argument("--note", help="what else the machine ran (recorded with the results)")
+    parser.add_argument("--determinize-beam", type=float,
+                        help="the determinization's beam (default: the engine's, lattices.rescore)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     tick = time.perf_counter()
@@ -164,8 +166,11 @@ def main(argv: list[str] | None = None) -> None:
     from lattices.rescore import DEFAULT_TARGET_EXPANDED_ARCS
 
     for budget in args.target or [DEFAULT_TARGET_EXPANDED_ARCS]:
-        base = build_options({"target_arcs": budget}, unk_default=model.loaded.default_unk_penalty)
-        entry: dict[str, Any] = {"speed": {}, "wer": {}, "command": report["command"], "limit": args.limit}
+        fields = {"target_arcs": budget, **({"determinize_beam": args.determinize_beam}
+                                            if args.determinize_beam is not None else {})}
+        base = build_options(fields, unk_default=model.loaded.default_unk_penalty)
+        entry: dict[str, Any] = {"speed": {}, "wer": {}, "command": report["command"], "limit": args.limit,
+                                 "determinize_beam": base.determinize_beam}
         for name, data in sets.items():
             entry["speed"][name] = speed_run(data, model, base)
             print(budget, name, {k: v for k, v in entry["speed"][name].items() if k != "rows"}, flush=True)
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
                     entry["wer"][f"tuned on {tune_set}"] = {"tune": tuned["chosen"]}
                     continue
                 chosen = TunedWeights.from_options(base.at_point(tuned["chosen"]["point"]))
-                options = build_options({"target_arcs": budget}, weights=chosen,
+                options = build_options(fields, weights=chosen,
                                         unk_default=model.loaded.default_unk_penalty)
                 result = applied(sets[test_set], model, options)
                 entry["wer"][f"tuned on {tune_set}, applied to {test_set}"] = {
