@@ -299,7 +299,7 @@ def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
                    help="make a lattice small before expanding it (determinize on words, minimize: lattices/reduce.py): "
                         "auto (default) when its expansion could pass the budget, always, or never")
     p.add_argument("--determinize-beam", type=float,
-                   help="the determinization's pruning beam on the first pass's scores (default 15)")
+                   help="the determinization's pruning beam on the first pass's scores (default 10)")
     p.add_argument("--mbr-nbest", type=int, default=100, help="distinct hypotheses MBR decoding weighs (default 100)")
     p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score) (default 1)")
 

@@ -50,7 +50,7 @@ class RescoreOptionsModel(BaseModel):
         default="auto", description="make the lattice small before expanding (determinize on words, minimize): "
                                     "auto when its expansion could pass the budget")
     determinize_beam: Finite | None = Field(default=None, ge=0.0, description="the determinization's pruning beam "
-                                                                               "(unset: the engine's default, 15)")
+                                                                               "(unset: the engine's default, 10)")
     posteriors: bool = Field(default=False, description="word posteriors of the best path")
     return_lattice: bool = Field(default=False, description="return the rescored lattice in the input format")
     score_weights: dict[str, Weight] | None = Field(

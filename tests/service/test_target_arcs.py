@@ -31,10 +31,10 @@ def test_the_request_field_and_the_server_default(model_dir, dense):
         (result,) = default.json()["results"]  # minimized, it fits 20,000 without the fit stage
         assert [s["stage"] for s in result["stages"]] == ["input", "determinize", "minimize"]
         assert "budget" not in (result["pruned"] or {}) and result["expanded_arcs"] <= 20_000
-        asked = post(c, dense, target_arcs=3_000)
+        asked = post(c, dense, target_arcs=1_000)
         assert asked.status_code == 200, asked.text
         (result,) = asked.json()["results"]
-        assert result["pruned"]["budget"] == 3_000 and result["expanded_arcs"] <= 3_000
+        assert result["pruned"]["budget"] == 1_000 and result["expanded_arcs"] <= 1_000
         assert [s["stage"] for s in result["stages"]] == ["input", "determinize", "minimize", "fit"]
         for bad in (-3, 1.5, "100", True):
             r = post(c, dense, target_arcs=bad)
@@ -45,21 +45,21 @@ def test_the_request_field_and_the_server_default(model_dir, dense):
 def test_zero_is_no_target_and_null_the_servers(model_dir, dense):
     """``target_arcs: 0``: no target, the dense lattice expanded whole (the server's limit still
     applies); null is unset, the server's setting."""
-    with client_for(model_dir, target_expanded_arcs=4_000) as c:
+    with client_for(model_dir, target_expanded_arcs=1_200) as c:
         whole = post(c, dense, target_arcs=0)
         assert whole.status_code == 200, whole.text
         (result,) = whole.json()["results"]
         assert result["stages"] is None and result["pruned"] is None and result["expanded_arcs"] > 20_000
         (result,) = post(c, dense, target_arcs=None).json()["results"]
-        assert result["pruned"]["budget"] == 4_000
-    with client_for(model_dir, max_expanded_arcs=2_000) as c:
+        assert result["pruned"]["budget"] == 1_200
+    with client_for(model_dir, max_expanded_arcs=900) as c:
         (result,) = post(c, dense, target_arcs=0).json()["results"]
-        assert result["pruned"]["budget"] == 2_000 and result["expanded_arcs"] <= 2_000
+        assert result["pruned"]["budget"] == 900 and result["expanded_arcs"] <= 900
     with client_for(model_dir, target_expanded_arcs=0) as c:  # AFP_TARGET_EXPANDED_ARCS=0
         (result,) = post(c, dense).json()["results"]
         assert result["stages"] is None and result["pruned"] is None and result["expanded_arcs"] > 20_000
-        (result,) = post(c, dense, target_arcs=3_000).json()["results"]
-        assert result["pruned"]["budget"] == 3_000
+        (result,) = post(c, dense, target_arcs=1_000).json()["results"]
+        assert result["pruned"]["budget"] == 1_000
 
 
 def test_the_field_says_how_to_switch_it_off():
@@ -69,14 +69,14 @@ def test_the_field_says_how_to_switch_it_off():
 
 
 def test_the_server_setting_and_its_limit(model_dir, dense):
-    with client_for(model_dir, target_expanded_arcs=4_000) as c:
+    with client_for(model_dir, target_expanded_arcs=1_200) as c:
         (result,) = post(c, dense).json()["results"]
-        assert result["pruned"]["budget"] == 4_000
-        (result,) = post(c, dense, target_arcs=2_500).json()["results"]  # the request's own wins
-        assert result["pruned"]["budget"] == 2_500
-    with client_for(model_dir, max_expanded_arcs=2_000) as c:  # the memory limit caps any target
+        assert result["pruned"]["budget"] == 1_200
+        (result,) = post(c, dense, target_arcs=1_100).json()["results"]  # the request's own wins
+        assert result["pruned"]["budget"] == 1_100
+    with client_for(model_dir, max_expanded_arcs=900) as c:  # the memory limit caps any target
         (result,) = post(c, dense, target_arcs=50_000).json()["results"]
-        assert result["pruned"]["budget"] == 2_000 and result["expanded_arcs"] <= 2_000
+        assert result["pruned"]["budget"] == 900 and result["expanded_arcs"] <= 900
 
 
 def test_the_environment(monkeypatch):
