@@ -215,6 +215,7 @@ def rho_sweep(results: Path) -> list[str]:
             "to the other (`-`: the search kept the decoder's 1-best); both: the two applied sets together, against "
             f"the decoder's 1-best on the same words. RTF: rescoring's seconds per audio second, {where(data)}, on a "
             "loaded machine: compare within this table; peak: the process's resident memory after rescoring, before "
-            "tuning" + plot_link(results, "rho_sweep.png") + ".", "",
+            "tuning" + plot_link(results, "rho_sweep.png") + "."
+            + "".join(f" {note}" for note in data.get("notes", [])), "",
             *table(["model", "rho", "Portrait ppl", "target arcs", "expanded arcs/utt", "oracle WER kept",
                     *(f"WER {d}" for d in directions), "WER both", "decoder WER both", "RTF", "peak MiB"], rows)]
