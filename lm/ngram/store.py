@@ -20,6 +20,7 @@ import bisect
 import gzip
 import json
 import os
+import re
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -190,6 +191,17 @@ def _undecodable_line(path: str | os.PathLike[str], gz: bool) -> int:
     return number
 
 
+#: an ARPA line's fields are separated by ASCII blanks only (as in SRILM and KenLM, and as the
+#: lattice readers split theirs): a word may hold a no-break or other Unicode space
+_FIELD = re.compile(r"[^ \t\n\r\f\v]+")
+
+
+def _fields(line: str) -> list[str]:
+    """The fields of ``line``: ``str.split`` for an ASCII line (a cached flag makes the check free),
+    else split at ASCII blanks only."""
+    return line.split() if line.isascii() else _FIELD.findall(line)
+
+
 class _Lines:
     """The input's lines and the number of the last one taken (for messages)."""
 
@@ -325,7 +337,7 @@ def _read_section(reader: _Lines, n: int, highest: bool,
     error: str | None = None
     try:
         for line in reader.lines:
-            parts = line.split()
+            parts = _fields(line)
             size = len(parts)
             if size == plain:
                 logprob = float(parts[0])
@@ -346,9 +358,9 @@ def _read_section(reader: _Lines, n: int, highest: bool,
         end, error = line, _line_problem(line, n, err)
     count = len(probs)
     reader.number = first + count + len(blanks) - (end is None)
-    if end is not None and error is None and end.split()[0][0] != "\\":
+    if end is not None and error is None and _fields(end)[0][0] != "\\":
         expected = f"log10 prob and {n} word{'s' if n > 1 else ''}" + ("" if highest else " [and a back-off]")
-        error = f"expected {expected}, got {len(end.split())} fields: {end.strip()!r}"
+        error = f"expected {expected}, got {len(_fields(end))} fields: {end.strip()!r}"
     dense = np.zeros(count, dtype=np.float64)
     dense[np.frombuffer(backoff_rows, dtype=np.int64)] = np.frombuffer(backoff_values, dtype=np.float64)
     section = _Section(grams=np.frombuffer(ids, dtype=np.intc)[:count * n].reshape(count, n),
@@ -361,7 +373,7 @@ def _line_problem(line: str, n: int, err: ValueError | KeyError) -> str | None:
     """What is wrong with an entry line whose number or word failed (the error path only), in the
     order numbers, then words; None for a line that starts with a backslash: no entry but the end
     of the section, whatever its number of fields."""
-    parts = line.split()
+    parts = _fields(line)
     if parts[0][0] == "\\":
         return None
     if isinstance(err, ValueError):

@@ -682,3 +682,19 @@ def test_fuzz_neutral_mutations_of_a_valid_file_still_parse_the_same(ops):
     for history in histories:
         assert [got.logprob([got.id(w) for w in history], got.id(w)) for w in words] == pytest.approx(
             [expected.logprob([expected.id(w) for w in history], expected.id(w)) for w in words], abs=1e-12)
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u3000", "\u2009"])
+def test_a_unicode_space_is_part_of_a_word_as_in_the_lattice_readers(space):
+    """ARPA fields are split at ASCII blanks only (SRILM, KenLM, and this project's Kaldi and
+    OpenFst readers): a word holding a no-break or other Unicode space is one word."""
+    word = f"le{space}chat"
+    text = f"\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-1.0\t{word}\t-0.25\n-0.5\t</s>\n-0.75\t<s>\t-0.5\n\n" \
+           f"\\2-grams:\n-0.3\t<s> {word}\n\n\\end\\\n"
+    store = parse_arpa_store(text, source="space.arpa")
+    assert word in store.words and len(store.words) == 4  # + <unk>
+    model = parse_arpa(text, source="space.arpa")
+    assert word in model.words
+    broken = text.replace(f"-0.3\t<s> {word}", f"-0.3\t<s> {word} extra")
+    with pytest.raises(ArpaFormatError, match=r"space.arpa:11: expected log10 prob and 2 words, got 4 fields"):
+        parse_arpa_store(broken, source="space.arpa")
