@@ -152,6 +152,20 @@ def _wrong_shapes(model: LanguageModel, weights: Path) -> list[str]:
             for name, shape in shapes.items() if name in expected and shape != expected[name]]
 
 
+def _load_weights(model: LanguageModel, weights: Path, mismatch: str, device: str) -> None:
+    """Load ``weights`` into ``model``; a shape, missing or unexpected tensor raises
+    ``CheckpointError`` as ``"{weights}: {mismatch}: ..."``, an unreadable file as "cannot load"."""
+    try:
+        wrong = _wrong_shapes(model, weights)
+        if wrong:  # checked before loading: any RuntimeError of the load itself keeps its own message
+            raise CheckpointError(f"{weights}: {mismatch}: {'; '.join(wrong)}")
+        missing, unexpected = load_model(model, str(weights), strict=False, device=device)
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
+    if missing or unexpected:
+        raise CheckpointError(f"{weights}: {mismatch}: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+
+
 def warm_start(model: LanguageModel, directory: str | Path, vocab: Vocabulary) -> dict[str, Any]:
     """Copy the weights of the checkpoint ``directory`` into ``model`` (a training run's warm start,
     ``afp train --init-from``): fine-tuning, or the same network run with another ``rho``. Every
@@ -167,17 +181,7 @@ def warm_start(model: LanguageModel, directory: str | Path, vocab: Vocabulary) -
                       min(saved_vocab.size, vocab.size))
         raise CheckpointError(f"{directory / CONFIG}: init_from needs the data's vocabulary ({vocab.size} words); "
                               f"the checkpoint has {saved_vocab.size}, first difference at id {differ}")
-    weights = directory / WEIGHTS
-    try:
-        wrong = _wrong_shapes(model, weights)
-        if wrong:
-            raise CheckpointError(f"{weights}: cannot start {model.config.describe()} from it: {'; '.join(wrong)}")
-        missing, unexpected = load_model(model, str(weights), strict=False, device="cpu")
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
-    if missing or unexpected:
-        raise CheckpointError(f"{weights}: cannot start {model.config.describe()} from it: missing "
-                              f"{sorted(missing)}, unexpected {sorted(unexpected)}")
+    _load_weights(model, directory / WEIGHTS, f"cannot start {model.config.describe()} from it", "cpu")
     prepare_model(model, vocab)
     return {"init_from": str(directory), "init_model": config.describe(),
             "init_steps": training.get("steps", training.get("step"))}
@@ -203,16 +207,7 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu") -
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"{weights}: no such file")
-    try:
-        wrong = _wrong_shapes(model, weights)
-        if wrong:  # checked before loading: any RuntimeError of the load itself keeps its own message
-            raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: {'; '.join(wrong)}")
-        missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{weights}: cannot load weights: {err}") from None
-    if missing or unexpected:
-        raise CheckpointError(f"{weights}: does not match {directory / CONFIG}: missing {sorted(missing)}, "
-                              f"unexpected {sorted(unexpected)}")
+    _load_weights(model, weights, f"does not match {directory / CONFIG}", str(device))
     model.to(device).eval()
     prepare_model(model, vocab)
     return LoadedModel(config=config, vocab=vocab, model=model, training=training, path=directory)
