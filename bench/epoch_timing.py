@@ -70,7 +70,7 @@ def main() -> None:
     from lm.corpus import batches
     from lm.model import build_model
     from lm.device import resolve_device
-    from lm.train import load_data
+    from lm.train import load_data, make_optimizer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -103,7 +103,7 @@ def main() -> None:
             model = build_model(ModelConfig(vocab_size=data.vocab.size, hidden=args.hidden, **spec))
             model.reset_parameters(0.05)
             prepare_model(model, data.vocab).to(device).train()
-            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            optimizer = make_optimizer(model, 1e-3)
             time_round(model, optimizer, sample[:5], detach, precision, device)  # warm-up
             models[name] = (model, optimizer, detach, precision)
 

@@ -200,6 +200,7 @@ class TrainSetup:
 
     def prepare(self, device: torch.device) -> Callable[[], float]:
         from lm.model import build_model
+        from lm.train import make_optimizer
 
         sample = [b.to(device) for b in zipf_batches(self.vocab_size, self.batches, self.batch_size, self.bptt,
                                                      seed=self.vocab_size)]
@@ -207,7 +208,7 @@ class TrainSetup:
         model = build_model(model_config(self.vocab_size, self.mode, self.softmax, self.hidden, self.rho))
         model.reset_parameters(0.05)
         model.to(device).train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        optimizer = make_optimizer(model, 1e-3)
         time_round(model, optimizer, sample[:2], False, self.precision, device)  # warm-up
         return lambda: time_round(model, optimizer, sample, False, self.precision, device)
 

@@ -68,6 +68,18 @@ class TrainResult:
     saved: str = ""
 
 
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:
+    """Adam over ``model``'s parameters, fused (one kernel for the whole update) where every
+    parameter is a floating tensor on the CPU or a CUDA device, as in training. The fused update
+    is the same algorithm as the default one (its results differ by rounding only); on this
+    project's CPU it took 0.024 s a step instead of 0.14 for the 11.9M weights of a GRU-256 with
+    a 44k-word adaptive softmax, about 7% of a training step (issue 30's AFP-4 twin)."""
+    params = list(model.parameters())
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+
+
+
 def load_data(cfg: TrainConfig) -> Data:
     """Read the corpora and build (or read) the vocabulary; or open the prepared shards of
     ``cfg.data`` (memory-mapped, their own vocabulary and, unless ``cfg.valid``, validation split)."""
@@ -157,7 +169,7 @@ def train(
         record.update(warm_start(model, cfg.init_from, data.vocab))
     model.to(device)
     torch.manual_seed(cfg.seed + rank)  # dropout: a stream per rank (the weights above are the same on all)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay)
     state = TrainState(lr=cfg.lr, world_size=world)
     saved = find_resume(out) if resume else None
     if saved is not None:

@@ -276,3 +276,33 @@ def test_a_run_stopped_by_max_steps_leaves_a_loadable_model_and_resume_alone_con
     assert resumed.config.hidden == 8
     if not valid:  # the last weights: those of the run's last step
         assert resumed.training["steps"] == closing["steps"]
+
+
+def test_make_optimizer_fuses_adam_and_updates_as_the_default_adam():
+    from lm.model import build_model
+    from lm.train import make_optimizer
+
+    torch.manual_seed(0)
+    fused_model = build_model(ModelConfig(vocab_size=50, hidden=16, mode="afp", rho=2, softmax="adaptive",
+                                          cutoffs=(10, 30)))
+    before = {n: p.detach().clone() for n, p in fused_model.named_parameters()}
+    plain_model = build_model(fused_model.config)
+    plain_model.load_state_dict(fused_model.state_dict())
+    fused = make_optimizer(fused_model, 0.01, weight_decay=0.001)
+    plain = torch.optim.Adam(plain_model.parameters(), lr=0.01, weight_decay=0.001)
+    assert fused.defaults["fused"] is True and not plain.defaults["fused"]
+    for step in range(3):
+        grads = {n: torch.randn_like(p, generator=torch.Generator().manual_seed(step)) for n, p in
+                 fused_model.named_parameters()}
+        for model in (fused_model, plain_model):
+            for name, p in model.named_parameters():
+                p.grad = grads[name].clone()
+        fused.step()
+        plain.step()
+    moved = 0
+    for (name, a), b in zip(fused_model.named_parameters(), plain_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+        moved += int(not torch.equal(a, before[name]))
+    assert moved == len(before)
+    assert make_optimizer(torch.nn.Linear(2, 2).to(torch.float64), 0.1).defaults["fused"] is True
+    assert not make_optimizer(torch.nn.Linear(2, 2, device="meta"), 0.1).defaults["fused"]
