@@ -63,6 +63,8 @@ report say so. Writes ``bench/results/pocketsphinx_wer_table.json`` and ``.png``
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import shutil
 import time
@@ -384,6 +386,8 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
                          "another --out")
     if table is None or (redo and table.get("limit") != limit):
         table = _fresh(command, limit, info, restarts, folds)
+        with _locked(out):
+            write_json(out, table)
     for name, known in table.get("sets", {}).items():  # keep the reading time of an earlier run
         if "read_seconds_per_utterance" in known and name in info:
             info[name].setdefault("read_seconds_per_utterance", known["read_seconds_per_utterance"])
@@ -391,7 +395,9 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
     table.update({"command": " ".join(command.split()[:3] + ([f"--limit {limit}"] if limit else [])),
                   "sets": info, "audio": AUDIO})
     directions = [(SETS[0], SETS[1]), (SETS[1], SETS[0])]
+    mine: list[str] = []  # the systems this run has looked at: their entries and rows are its own
     for system in systems:
+        mine.append(system.name)
         table["systems"][system.name] = {"label": system.label, "kind": system.kind, "how": system.how,
                                          "model": _shown(system.model), "n": system.n,
                                          "feature": _shown(system.feature), "command": command}
@@ -409,15 +415,46 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
         for tune_name, test_name in todo:
             row = run_row(system, loaded, sets[tune_name], sets[test_name], lattices, restarts, folds)  # type: ignore[arg-type]
             table["rows"][_row_key(system.name, tune_name, test_name)] = row
-            compare_rows(table)
-            write_json(out, table)
+            table = _merge(out, table, mine)
             print(f"{system.name}: tuned on {tune_name}, applied to {test_name}: WER {row['wer']:.2f}"
                   + (f", {row['rescore_seconds_per_utterance']:.3f} s/utt, tuning {row['tune_seconds']:.0f} s"
                      if "rescore_seconds" in row else ""), flush=True)
-    compare_rows(table)
-    write_json(out, table)
-    plot(table, plot_path or out.with_suffix(".png"))
+    table = _merge(out, table, mine)
+    with _locked(out):
+        plot(table, plot_path or out.with_suffix(".png"))
     return table
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Any:
+    """An exclusive lock on ``out``'s lock file while the block runs: several processes may
+    compute rows of one table at once (``--systems A`` beside ``--systems B``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _merge(out: Path, table: dict[str, Any], mine: Sequence[str]) -> dict[str, Any]:
+    """The table on disk, which other processes may have added rows and systems to since this one
+    read it, with this process's systems ``mine`` (their entries, rows and unavailability) taken
+    from ``table``; written back (rows compared and plotted) under the lock, and returned."""
+    with _locked(out):
+        disk = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else table
+        if disk.get("limit") != table["limit"]:
+            raise SystemExit(f"{out} now holds a table of --limit {disk.get('limit')}: another run started it afresh")
+        merged = {**table,
+                  "systems": {**disk["systems"], **{n: table["systems"][n] for n in mine}},
+                  "unavailable": {**{k: v for k, v in disk["unavailable"].items() if k not in mine},
+                                  **{k: v for k, v in table["unavailable"].items() if k in mine}},
+                  "rows": {**{k: r for k, r in disk["rows"].items() if r["system"] not in mine},
+                           **{k: r for k, r in table["rows"].items() if r["system"] in mine}}}
+        compare_rows(merged)
+        write_json(out, merged)
+        return merged
 
 
 def plot(table: dict[str, Any], path: Path) -> None:

@@ -133,6 +133,37 @@ def test_resuming_skips_finished_rows_and_absent_models_are_reported(world, buil
                               cache=world["root"] / "cache")
 
 
+def test_rows_computed_by_two_runs_at_once_all_land_in_the_table(world, built, tmp_path, monkeypatch):
+    """Run B reads the table, and while it computes its row run A writes its own rows: B's write
+    keeps A's rows and system entry (the file is re-read under a lock, not overwritten)."""
+    _, table = built
+    out = tmp_path / "table.json"
+    decoder, nbest = _systems(world)[:2]
+    finished = {k: r for k, r in table["rows"].items() if r["system"] == "nbest50-afp"}
+    real_run_row = table_mod.run_row
+
+    def b_row(system, *args, **kwargs):
+        if system.name == "decoder" and not out.with_name("a-done").exists():
+            out.with_name("a-done").write_text("")
+            monkeypatch.setattr(table_mod, "run_row", lambda s, *a, **k: finished[
+                table_mod._row_key(s.name, a[1]["name"], a[2]["name"])])
+            table_mod.build_table([nbest], out, world["root"] / "sets", limit=None, command="run A",
+                                  cache=world["root"] / "cache")  # run A, in between
+            monkeypatch.setattr(table_mod, "run_row", b_row)
+        return real_run_row(system, *args, **kwargs)
+
+    monkeypatch.setattr(table_mod, "run_row", b_row)
+    merged = table_mod.build_table([decoder], out, world["root"] / "sets", limit=None, command="run B",
+                                   cache=world["root"] / "cache")
+    on_disk = json.loads(out.read_text(encoding="utf-8"))
+    assert on_disk["rows"].keys() == merged["rows"].keys() == {*finished, *(k for k, r in table["rows"].items()
+                                                                            if r["system"] == "decoder")}
+    assert on_disk["systems"]["nbest50-afp"]["command"] == "run A" and on_disk["systems"]["decoder"]["command"] == "run B"
+    nbest_row = on_disk["rows"]["nbest50-afp: tuned on dev_clean, applied to dev_other"]
+    assert nbest_row["against"]["decoder"]["wer_a"] == pytest.approx(
+        on_disk["rows"]["decoder: tuned on dev_clean, applied to dev_other"]["wer"])
+
+
 def test_report_section_renders_the_table(world, built, tmp_path):
     out, table = built
     (tmp_path / out.name).write_text(out.read_text(encoding="utf-8"), encoding="utf-8")
