@@ -44,7 +44,8 @@ set) the tuned point is applied anyway and the row says so. The engine runs at i
 (:func:`afp.options.build_options`), on the CPU, one torch thread.
 
 Reported per system and direction: the WER on the applied set, the matched-pairs test and bootstrap
-(:mod:`afp.significance`) against the decoder's 1-best and against ``nbest50-afp``; seconds per
+(:mod:`afp.significance`) against the decoder's 1-best and against ``nbest50-afp`` (and for the
+like-for-like :data:`PAIRS`, such as the GRU's AFP twin on the lattice against the GRU Kaldi-style); seconds per
 utterance of rescoring the applied set (everything after reading the file: n-best search,
 determinization, expansion, scoring, search), the tuning seconds (scoring the tuning set and the
 search) and the model's load time, apart. A model that is not there is reported as not trained
@@ -88,6 +89,12 @@ CACHE = Path("runs/pocketsphinx/wer_table_models")
 #: the n-best system every other is compared with, beside the decoder
 REFERENCE = "nbest50-afp"
 DECODER = "decoder"
+#: the like-for-like comparisons (system, against), beside the decoder and REFERENCE: one model
+#: on the lattice exactly against its full-history twin the ways users run it today, 500 against
+#: 50 best, and what the acausal feature adds to the mixture
+PAIRS = (("lattice-gru-rho4", "kaldi-gru"), ("lattice-gru-rho4", "nbest50-gru"), ("kaldi-gru", "nbest50-gru"),
+         ("lattice-afp", "kaldi-gru"), ("nbest500-afp", "nbest50-afp"), ("lattice-afp", "lattice-kn4"),
+         ("lattice-mixture", "lattice-afp"), ("lattice-mixture-acausal", "lattice-mixture"))
 #: Kaldi-style history merging: 4 words, the order (rho + 1 = 5) of the AFP twin
 KALDI_HISTORY = 4
 AUDIO = "synthetic (text-to-speech voices, bench/pocketsphinx_set.py): not real speech"
@@ -300,21 +307,32 @@ def run_row(system: System, loaded: Loaded, tune: dict[str, Any], test: dict[str
 
 def compare_rows(table: dict[str, Any], seed: int = 0) -> None:
     """Fill each row's ``against``: the decoder's 1-best and :data:`REFERENCE` of the same
-    direction, by the matched-pairs test and bootstrap (B against the row named)."""
-    from afp.significance import compare
-
+    direction, and the table's ``pairs``: each of :data:`PAIRS` whose rows are there, by the
+    matched-pairs test and bootstrap (the row's WER minus the other's)."""
     rows = table["rows"]
     for row in rows.values():
         row["against"] = {}
         for other in (DECODER, REFERENCE):
-            base = rows.get(_row_key(other, row["tuned_on"], row["applied_to"]))
-            if base is None or other == row["system"]:
-                continue
-            a, b = base["per_utterance"], row["per_utterance"]
-            if [u["key"] for u in a] != [u["key"] for u in b]:
-                continue
-            row["against"][other] = compare([u["errors"] for u in a], [u["errors"] for u in b],
-                                            [u["ref_words"] for u in b], seed=seed).to_json()
+            found = _compared(rows, row, other, seed)
+            if found is not None and other != row["system"]:
+                row["against"][other] = found
+    table["pairs"] = [{"system": name, "against": other, "applied_to": row["applied_to"], **found}
+                      for name, other in PAIRS for row in rows.values() if row["system"] == name
+                      for found in [_compared(rows, row, other, seed)] if found is not None]
+
+
+def _compared(rows: dict[str, Any], row: dict[str, Any], other: str, seed: int) -> dict[str, Any] | None:
+    """``row`` against system ``other``'s row of the same direction (matched pairs and bootstrap),
+    or None when that row is absent or holds other utterances."""
+    from afp.significance import compare
+
+    base = rows.get(_row_key(other, row["tuned_on"], row["applied_to"]))
+    if base is None:
+        return None
+    a, b = base["per_utterance"], row["per_utterance"]
+    if [u["key"] for u in a] != [u["key"] for u in b]:
+        return None
+    return compare([u["errors"] for u in a], [u["errors"] for u in b], [u["ref_words"] for u in b], seed=seed).to_json()
 
 
 # ------------------------------------------------------------------------------------- the table

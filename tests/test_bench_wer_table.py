@@ -164,6 +164,26 @@ def test_rows_computed_by_two_runs_at_once_all_land_in_the_table(world, built, t
         on_disk["rows"]["decoder: tuned on dev_clean, applied to dev_other"]["wer"])
 
 
+def test_like_for_like_pairs_compare_the_two_rows_of_each_direction(built, monkeypatch, tmp_path):
+    _, table = built
+    monkeypatch.setattr(table_mod, "PAIRS", (("kaldi-gru", "nbest50-afp"), ("kaldi-gru", "no-such-system")))
+    table = json.loads(json.dumps(table))
+    table_mod.compare_rows(table)
+    assert {p["applied_to"] for p in table["pairs"]} == set(SPLIT) and len(table["pairs"]) == 2
+    for pair in table["pairs"]:
+        row = table["rows"][f"kaldi-gru: tuned on {next(n for n in SPLIT if n != pair['applied_to'])}, "
+                            f"applied to {pair['applied_to']}"]
+        other = table["rows"][table_mod._row_key("nbest50-afp", row["tuned_on"], row["applied_to"])]
+        assert pair["system"] == "kaldi-gru" and pair["against"] == "nbest50-afp"
+        assert pair["difference"] == pytest.approx(row["wer"] - other["wer"])
+        assert pair == {"system": "kaldi-gru", "against": "nbest50-afp", "applied_to": row["applied_to"],
+                        **row["against"]["nbest50-afp"]}
+    (tmp_path / "pocketsphinx_wer_table.json").write_text(json.dumps(table), encoding="utf-8")
+    section = render(tmp_path).split("Like for like")[1]
+    assert f"| Kaldi-style, GRU | 5-best, AFP | dev_clean | {table['pairs'][0]['difference']:+.2f} (p" in section \
+        or f"| Kaldi-style, GRU | 5-best, AFP | dev_other | {table['pairs'][0]['difference']:+.2f} (p" in section
+
+
 def test_report_section_renders_the_table(world, built, tmp_path):
     out, table = built
     (tmp_path / out.name).write_text(out.read_text(encoding="utf-8"), encoding="utf-8")

@@ -158,6 +158,14 @@ def pocketsphinx_wer_table(results: Path) -> list[str]:
              + plot_link(results, "pocketsphinx_wer_table.png") + ".", "",
              *table(["system", "applied to", "WER", "vs decoder 1-best", f"vs {reference}", "s/utt", "tuning s",
                      "weights"], cells)]
+    pairs = data.get("pairs", [])
+    if pairs:
+        label = {n: s["label"] for n, s in systems.items()}
+        lines += ["Like for like (the first system's WER minus the second's on the same utterances, matched-pairs p "
+                  "and bootstrap 95% interval):", "",
+                  *table(["system", "against", "applied to", "difference"],
+                         [[label.get(p["system"], p["system"]), label.get(p["against"], p["against"]), p["applied_to"],
+                           _against(p)] for p in pairs])]
     if data.get("unavailable"):
         lines += ["Not in the table: " + "; ".join(f"{n} ({systems.get(n, {}).get('label', n)}): {why}"
                                                    for n, why in data["unavailable"].items()) + ".", ""]
