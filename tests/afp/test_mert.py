@@ -44,6 +44,38 @@ def test_the_line_search_finds_the_exact_minimum_of_the_step_function(seed, name
     assert lo <= value <= hi
 
 
+def pairwise_steps(errors: numpy.ndarray, a: numpy.ndarray, g: numpy.ndarray, lo: float, hi: float):
+    """The reference: every pairwise crossing inside (lo, hi) cuts, the winner of each piece is the
+    first argmax at its midpoint, equal neighbours merged."""
+    with numpy.errstate(divide="ignore", invalid="ignore"):
+        cross = (a[:, None] - a[None, :]) / (g[None, :] - g[:, None])
+    cuts = numpy.unique(cross[numpy.isfinite(cross) & (cross > lo) & (cross < hi)])
+    edges = numpy.concatenate([[lo], cuts, [hi]])
+    winners = numpy.argmax(a[None, :] + ((edges[:-1] + edges[1:]) / 2)[:, None] * g[None, :], axis=1)
+    values = errors[winners]
+    keep = numpy.concatenate([[True], values[1:] != values[:-1]])
+    return cuts[keep[1:]].tolist(), values[keep].tolist()
+
+
+@pytest.mark.parametrize("integers", [False, True])
+def test_the_envelope_steps_are_those_of_every_pairwise_crossing(integers):
+    """Och's upper envelope gives the same steps as all H^2 crossings, equal lines and equal
+    slopes included (integer heights and slopes make many: the first hypothesis must win)."""
+    rng = numpy.random.default_rng(7)
+    for _ in range(3000):
+        h = int(rng.integers(1, 12))
+        if integers:
+            a, g = rng.integers(-3, 4, h).astype(float), rng.integers(-2, 3, h).astype(float)
+        else:
+            a, g = rng.normal(size=h), rng.normal(size=h)
+        errors = rng.integers(0, 4, h)
+        lo, hi = sorted(rng.integers(-4, 5, 2).astype(float))
+        table = mert.Table(parts=numpy.zeros((h, 1)), errors=errors, acoustic_scale=1.0)
+        cuts, values = mert._steps(table, a, g, lo, hi + 0.5)
+        want_cuts, want_values = pairwise_steps(errors, a, g, lo, hi + 0.5)
+        assert values == want_values and cuts == pytest.approx(want_cuts, abs=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_search_never_ends_worse_than_its_start(seed):
     problem = random_problem(seed + 10)
