@@ -84,10 +84,18 @@ def untuned_defaults(results: Path) -> list[str]:
         return []
     rows = [[r["set"], r["system"], " ".join(r["flags"]) or "(none)", f"{r['first_pass_wer']:.2f}", f"{r['wer']:.2f}",
              f"{r['p']:.2g}", f"{r['weights']['old_lm_weight']:g} / {r['weights']['lm_weight']:g}"] for r in data["rows"]]
-    return ["## Untuned defaults on the ESPnet lists (`python -m bench.untuned_defaults`)", "",
-            f"`{data['command']}`: `afp rescore --model {data['model']}` with the flags shown; p: matched pairs against "
-            "the first pass.", "", *table(["set", "system", "flags", "first pass", "WER", "p", "old LM / new LM weight"],
-                                          rows)]
+    lines = ["## Untuned defaults on the ESPnet lists (`python -m bench.untuned_defaults`)", "",
+             f"`{data['command']}`: `afp rescore --model {data['model']}` with the flags shown; p: matched pairs against "
+             "the first pass.", "", *table(["set", "system", "flags", "first pass", "WER", "p", "old LM / new LM weight"],
+                                           rows)]
+    unk = data.get("unk_penalty")
+    if unk:
+        lines += ["", "The unknown-word default: `--unk-penalty 0` (an unknown word scored as the whole `<unk>` class) "
+                  "against the model's own `-log U`, both untuned, matched pairs:", "",
+                  *table(["set", "model's own", "unk penalty 0", "difference", "p"],
+                         [[name, f"{r['untuned']:.2f}", f"{r['unk_penalty_0']:.2f}", f"{r['difference']:+.2f}",
+                           f"{r['p']:.2g}"] for name, r in unk.items()])]
+    return lines
 
 
 def acausal(results: Path) -> list[str]:
