@@ -313,8 +313,8 @@ def compare_rows(table: dict[str, Any], seed: int = 0) -> None:
     for row in rows.values():
         row["against"] = {}
         for other in (DECODER, REFERENCE):
-            found = _compared(rows, row, other, seed)
-            if found is not None and other != row["system"]:
+            found = _compared(rows, row, other, seed) if other != row["system"] else None
+            if found is not None:
                 row["against"][other] = found
     table["pairs"] = [{"system": name, "against": other, "applied_to": row["applied_to"], **found}
                       for name, other in PAIRS for row in rows.values() if row["system"] == name
