@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import socket
@@ -40,6 +39,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from afp.compare import Comparison, compare_answers
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = Path(os.environ.get("AFP_CHECK_WORKDIR", "/var/tmp/afp-docker-check"))  # outside the repository
@@ -341,22 +342,13 @@ def host_json(*args: str) -> list[Any]:
 VOLATILE = {"seconds", "timing"}
 
 
-def same(a: Any, b: Any, where: str = "") -> str | None:
-    """Where two answers differ (floats to 1e-9 relative), else None; dict keys compared where both have them."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted((a.keys() & b.keys()) - VOLATILE):
-            diff = same(a[key], b[key], f"{where}.{key}")
-            if diff:
-                return diff
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return f"{where}: {len(a)} items != {len(b)}"
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := same(x, y, f"{where}[{i}]"))), None)
-    if isinstance(a, float) or isinstance(b, float):
-        ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-        return None if ok else f"{where}: {a!r} != {b!r}"
-    return None if a == b else f"{where}: {a!r} != {b!r}"
+def same(expected: Any, got: Any) -> Comparison:
+    """The container's answer against the host's as the parity test compares doors
+    (:func:`afp.compare.compare_answers`): words, keys, counts and n-best order equal, scores
+    within :data:`afp.compare.SCORE_TOLERANCE`; timings left out. The two are different processes
+    (a server with its threads and batching, a one-thread CLI), so float32 scores differ in the
+    seventh digit between machines; the largest difference is printed either way."""
+    return compare_answers(expected, got, ignore=VOLATILE)
 
 
 class Report:
@@ -424,9 +416,10 @@ def exercise(engine: Engine, report: Report) -> None:
                 return False, f"{status} {body[:300]!r}"
             results = json.loads(body)["results"]
             missing = [k for k in ("key", "best", "nbest", "first_pass") if any(k not in r for r in results)]
-            diff = same(results, expected_rescore)
+            found = same(expected_rescore, results)
             words = [" ".join(r["best"]["words"]) for r in results]
-            return not diff and not missing, diff or (f"fields missing: {missing}" if missing else f"best: {words}")
+            detail = f"fields missing: {missing}; " if missing else f"best: {words}; "
+            return found.same and not missing, detail + found.describe()
         report.attempt("/v1/rescore on examples/lattice.txt equals host `afp rescore`", rescore)
 
         def perplexity() -> tuple[bool, str]:
@@ -435,9 +428,9 @@ def exercise(engine: Engine, report: Report) -> None:
                 return False, f"{status} {body[:300]!r}"
             answer = json.loads(body)
             logprob = sum(s["logprob"] for s in answer["per_sentence"])
-            diff = same({"ppl": answer["ppl"], "tokens": answer["tokens"], "oov": answer["oov"], "logprob": logprob},
-                        {k: expected_ppl[k] for k in ("ppl", "tokens", "oov", "logprob")})
-            return diff is None, diff or f"ppl {answer['ppl']:.4f} over {answer['tokens']} tokens"
+            found = same({k: expected_ppl[k] for k in ("ppl", "tokens", "oov", "logprob")},
+                         {"ppl": answer["ppl"], "tokens": answer["tokens"], "oov": answer["oov"], "logprob": logprob})
+            return found.same, f"ppl {answer['ppl']:.4f} over {answer['tokens']} tokens; {found.describe()}"
         report.attempt("/v1/perplexity equals host `afp ppl`", perplexity)
 
         def non_root() -> tuple[bool, str]:

@@ -262,12 +262,28 @@ def test_check_parses_pip_config_list(monkeypatch):
                                            "install": {"no-compile": "1"}}
 
 
-def test_check_compares_answers_field_by_field():
-    host = {"key": "u1", "best": {"words": ["A"], "score": -1.0}, "seconds": 0.5}
-    assert docker_check.same({**host, "seconds": 9.0, "timing": {}}, host) is None
-    assert docker_check.same({**host, "best": {"words": ["A"], "score": -1.0 + 1e-12}}, host) is None
-    assert "best.score" in docker_check.same({**host, "best": {"words": ["A"], "score": -1.1}}, host)
-    assert "best.words" in docker_check.same({**host, "best": {"words": ["B"], "score": -1.0}}, host)
+def test_check_compares_answers_as_the_parity_test_does():
+    """Issue 38: the container's answer differs from the host's in the seventh digit on another
+    CPU; a 1e-6 difference passes (and is reported as the largest seen), 1e-3 fails, and words,
+    n-best order and timings are compared as the parity test compares doors."""
+    host = [{"key": "u1", "best": {"words": ["A"], "lm_logprob": -10.653839904700067}, "seconds": 0.5,
+             "nbest": [{"words": ["A"], "score": -1.0}, {"words": ["B"], "score": -2.0}]}]
+    container = json.loads(json.dumps(host))
+    container[0]["best"]["lm_logprob"] = -10.653841080509824  # what the AMD machine printed (1.2e-6 off)
+    container[0]["seconds"] = 9.0
+    near = docker_check.same(host, container)
+    assert near.same, near.difference
+    assert near.largest == pytest.approx(1.1758e-6, rel=1e-3) and near.largest_at == "[0].best.lm_logprob"
+    assert "1.18e-06" in near.describe()
+    container[0]["best"]["lm_logprob"] = -10.653839904700067 - 1e-3
+    far = docker_check.same(host, container)
+    assert not far.same and far.difference.startswith("[0].best.lm_logprob") and "off by 0.001" in far.difference
+    swapped = json.loads(json.dumps(host))
+    swapped[0]["nbest"].reverse()
+    assert docker_check.same(host, swapped).difference.startswith("[0].nbest[0].")
+    fewer = json.loads(json.dumps(host))
+    fewer[0]["nbest"].pop()
+    assert "2 items != 1" in docker_check.same(host, fewer).difference
 
 
 def test_check_skips_plainly_without_an_engine(monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """One answer from every door: the same lattices and n-best lists, with the same options, rescored
 through ``afp rescore``, ``afp rescore --workers 2``, ``POST /v1/rescore``, ``afp tune``'s tuner at
-a fixed point and ``afp rescore-cuts`` give the same best words and scores (within 1e-4).
+a fixed point and ``afp rescore-cuts`` give the same best words and scores (within
+:data:`afp.compare.SCORE_TOLERANCE`, 1e-4).
 
 The inputs carry what has split the doors before: out-of-vocabulary words, a literal ``<unk>``
 with an unknown-word penalty, an old LM subtracted exactly (``--old-lm``), several LM weights,
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from afp.compare import SCORE_TOLERANCE
 from afp.tune import Tuner
 from lattices.formats import read_lattice_file
 from afp.mixtures import open_model, scorer_of, write_mixture
@@ -177,7 +179,7 @@ def assert_same(expected: Answer, got: Answer, door: str) -> None:
     assert sorted(got) == sorted(expected), door
     for key, (words, score) in expected.items():
         assert got[key][0] == words, (door, key, got[key][0], words)
-        assert got[key][1] == pytest.approx(score, abs=1e-4), (door, key)
+        assert SCORE_TOLERANCE.equal(got[key][1], score), (door, key, got[key][1], score)
 
 
 def brute_force_answer(root: Path, name: str, model: str) -> Answer:
