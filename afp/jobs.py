@@ -93,18 +93,21 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def iter_lattices(inputs: Sequence[str], fmt: str, symbols: Sequence[str] | None = None,
-                  shard: tuple[int, int] = (0, 1)) -> Iterator[Lattice]:
+                  shard: tuple[int, int] = (0, 1),
+                  on_error: Callable[[str, LatticeFormatError], None] | None = None) -> Iterator[Lattice]:
     """Lattices of all inputs in order, only this shard's (lattice ``i`` of the running index over
     all inputs when ``i % n == shard index``; a Kaldi text archive's other lattices are skipped
     before they are parsed). An input that is a directory is an ESPnet n-best directory (its lists
-    become lattices) or a directory of lattice files (:func:`lattices.formats.read_lattice_file`)."""
+    become lattices) or a directory of lattice files (:func:`lattices.formats.read_lattice_file`).
+    ``on_error``: told each malformed lattice that can be left out (key, error) while the others
+    are read (:func:`lattices.formats.read_lattices`)."""
     keep = ShardFilter(*shard)
     for spec_text in inputs:
         spec = InputSpec.parse(spec_text)
         if fmt == "espnet-nbest" or (spec.kind == "file" and Path(spec.target).is_dir()):
-            yield from read_lattice_file(spec.target, fmt, symbols, keep=keep)
+            yield from read_lattice_file(spec.target, fmt, symbols, keep=keep, on_error=on_error)
         else:
-            yield from read_lattices(spec.read(), fmt, symbols, source=spec.name, keep=keep)
+            yield from read_lattices(spec.read(), fmt, symbols, source=spec.name, keep=keep, on_error=on_error)
 
 
 class ShardFilter:

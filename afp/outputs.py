@@ -46,11 +46,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from collections.abc import Callable
 
@@ -319,11 +320,15 @@ class JobOutputs:
     an output is written there (``--out ark:-``, ``--ctm -``...): then the transcript lines are
     left out, and asking for JSON or first-pass lines there too is an :class:`OutputError`, as
     is a second output on standard output. ``rank``: this process's rank in a job run as several
-    processes (torchrun): files get ``.RANK`` (:meth:`WriteSpec.for_rank`)."""
+    processes (torchrun): files get ``.RANK`` (:meth:`WriteSpec.for_rank`). ``results_to``: a text
+    stream that takes the result lines instead of standard output (a corpus job's per-input
+    results file, :mod:`afp.corpus`)."""
 
     def __init__(self, options: OutputOptions, *, input_format: str = "auto", lm_weights: Sequence[float] | None = None,
-                 symbols: Sequence[str] | None = None, rank: int | None = None) -> None:
+                 symbols: Sequence[str] | None = None, rank: int | None = None,
+                 results_to: TextIO | None = None) -> None:
         self.options, self.input_format, self.symbols, self.rank = options, input_format, symbols, rank
+        self.results_to = results_to
         self.lm_weights = tuple(lm_weights or (DEFAULT_LM_WEIGHT,))  # None: the untuned default, one weight
         self.specs: dict[str, WriteSpec] = {}
         for flag, text in (("--out", options.out), ("--nbest-text", options.nbest_text), ("--ctm", options.ctm)):
@@ -346,15 +351,15 @@ class JobOutputs:
             raise OutputError(f"{' and '.join(on_stdout)} would both write to standard output: give one of them a file")
         self.stdout_output = on_stdout[0] if on_stdout else None
         for asked, flag in ((options.json, "--json"), (options.show_first_pass, "--show-first-pass")):
-            if asked and self.stdout_output:
+            if asked and self.stdout_output and results_to is None:
                 raise OutputError(f"{self.stdout_output} {self.specs[self.stdout_output].text!r} writes to standard "
                                   f"output, where {flag} prints the results: write one of them to a file")
         self.writers: list[ResultWriter] = []
 
     @property
     def results_on_stdout(self) -> bool:
-        """Whether result lines (transcripts or JSON) are printed on standard output."""
-        return self.stdout_output is None
+        """Whether result lines (transcripts or JSON) are printed (on standard output, or to ``results_to``)."""
+        return self.stdout_output is None or self.results_to is not None
 
     def open(self) -> JobOutputs:
         """Open every target (an unwritable one fails now, before any lattice is rescored)."""
@@ -389,7 +394,8 @@ class JobOutputs:
         """A lattice that could not be rescored: its line on standard output (``KEY<TAB>ERROR``,
         or the JSON error object), where results go there."""
         if self.results_on_stdout:
-            print(json.dumps(failure.to_json()) if self.options.json else f"{failure.key}\tERROR", flush=True)
+            print(json.dumps(failure.to_json()) if self.options.json else f"{failure.key}\tERROR",
+                  file=self.results_to or sys.stdout, flush=True)
 
     def close(self) -> None:
         """Finish every output; the first error (a command that failed...) is raised after all are closed."""
@@ -433,4 +439,4 @@ class JobOutputs:
             if self.options.show_first_pass and result.first_pass is not None:
                 mark = "=" if result.first_pass.words == result.best.words else "*"
                 lines.append(f"{prefix}{transcript_line(mark + result.key, result.first_pass.words)}")
-        print("\n".join(lines), flush=True)
+        print("\n".join(lines), file=self.results_to or sys.stdout, flush=True)

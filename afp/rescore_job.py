@@ -16,17 +16,18 @@ weights file of ``afp tune --save``. The command line builds one from its flags:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from afp.jobs import Failure
-from afp.outputs import OutputOptions
+from afp.outputs import JobOutputs, OutputOptions
 from afp.scoring import ModelSpec
+from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions
 from lattices.scorer import ContextScorer, WindowScorer
 
-__all__ = ["OPTION_NAMES", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job",
+__all__ = ["OPTION_NAMES", "LoadedSetup", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job",
            "run_rescore_job"]
 
 #: the rescoring options a job passes to :func:`afp.options.build_options` (flag names, ``_`` for ``-``)
@@ -129,43 +130,44 @@ class RescoreSummary:
     failed: int
 
 
-def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
-                    on_failure: Callable[[Failure], None] | None = None) -> RescoreSummary:
-    """Rescore every lattice of ``job`` and write its outputs (:class:`afp.outputs.JobOutputs`:
-    results on standard output unless an output goes there). A lattice that cannot be rescored or
-    written is reported to its outputs and to ``on_failure`` (an :class:`afp.jobs.Failure`), and
-    the job goes on. ``warn`` is told, once each: untuned weights, input warnings
-    (:func:`afp.jobs.rescore_all`), posteriors that the transcript lines leave out, no lattice read."""
-    from afp.jobs import default_shard, iter_lattices, parse_shard, rescore_all
-    from afp.outputs import JobOutputs, LatticeOutputError
+class LoadedSetup:
+    """A :class:`RescoreSetup` made ready once for many inputs: the symbol table, the model and its
+    scorer, the engine's options, the old LM and the features (a corpus job's worker loads one
+    and rescores input after input with it, :mod:`afp.corpus`)."""
 
-    setup, say = job.setup, warn or (lambda text: None)
-    symbols = setup.symbols()
-    shard = parse_shard(job.shard) if job.shard else default_shard()
-    loaded = setup.model.load()
-    options = setup.rescore_options(loaded.default_unk_penalty, return_lattice=job.outputs.out is not None)
-    outputs = JobOutputs(job.outputs, input_format=job.format, lm_weights=options.lm_weights, symbols=symbols,
-                         rank=None if shard[1] == 1 or job.shard else shard[0])
-    scorer = setup.model.scorer(loaded)
-    old_lm = setup.old_lm_scorer()
-    features = setup.feature_scorers(loaded)
-    failed = seen = 0
-    untuned = setup.untuned
-    if setup.options.get("posteriors") and not job.outputs.json and outputs.results_on_stdout:
-        say("--posteriors: the transcript lines hold words only; the word posteriors are in --json output "
-            "(best.word_posteriors) and in the --ctm confidence column")
-    lattices = iter_lattices(list(job.inputs), job.format, symbols, shard)
-    with outputs:
-        for results in rescore_all(lattices, scorer, options, device=loaded.device.type, old_lm=old_lm,
-                                   features=features, warn=say, workers=job.workers, batch_pairs=job.batch_pairs):
+    def __init__(self, setup: RescoreSetup, return_lattice: bool = False) -> None:
+        self.setup = setup
+        self.symbols = setup.symbols()
+        self.loaded = setup.model.load()
+        self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice)
+        self.scorer = setup.model.scorer(self.loaded)
+        self.old_lm = setup.old_lm_scorer()
+        self.features = setup.feature_scorers(self.loaded)
+        self.untuned = setup.untuned  # the untuned-weights warning is still to be given
+
+    def rescore_into(self, lattices: Iterator[Lattice], outputs: JobOutputs, workers: int = 1,
+                     batch_pairs: int = 262_144, warn: Callable[[str], None] | None = None,
+                     on_failure: Callable[[Failure], None] | None = None) -> RescoreSummary:
+        """Rescore ``lattices`` and write each one's results to the open ``outputs``; a lattice that
+        cannot be rescored or written is reported to ``outputs`` and ``on_failure``, and the rest
+        go on. ``warn`` is told, once each: untuned weights, input warnings
+        (:func:`afp.jobs.rescore_all`)."""
+        from afp.jobs import rescore_all
+        from afp.outputs import LatticeOutputError
+
+        say = warn or (lambda text: None)
+        failed = seen = 0
+        for results in rescore_all(lattices, self.scorer, self.options, device=self.loaded.device.type,
+                                   old_lm=self.old_lm, features=self.features, warn=say, workers=workers,
+                                   batch_pairs=batch_pairs):
             seen += 1
-            if untuned and not isinstance(results, Failure):
+            if self.untuned and not isinstance(results, Failure):
                 from lattices.diagnostics import untuned_weights_warning
 
                 first = results[0]
                 say(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
                     + " (this warning is given once per job)")
-                untuned = False
+                self.untuned = False
             if not isinstance(results, Failure):
                 try:
                     outputs.write(results)
@@ -176,10 +178,34 @@ def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
             outputs.failed(results)
             if on_failure is not None:
                 on_failure(results)
-    if seen == 0:
+        return RescoreSummary(seen=seen, failed=failed)
+
+
+def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
+                    on_failure: Callable[[Failure], None] | None = None) -> RescoreSummary:
+    """Rescore every lattice of ``job`` and write its outputs (:class:`afp.outputs.JobOutputs`:
+    results on standard output unless an output goes there). A lattice that cannot be rescored or
+    written is reported to its outputs and to ``on_failure`` (an :class:`afp.jobs.Failure`), and
+    the job goes on. ``warn`` is told, once each: untuned weights, input warnings
+    (:func:`afp.jobs.rescore_all`), posteriors that the transcript lines leave out, no lattice read."""
+    from afp.jobs import default_shard, iter_lattices, parse_shard
+    from afp.outputs import JobOutputs
+
+    setup, say = job.setup, warn or (lambda text: None)
+    shard = parse_shard(job.shard) if job.shard else default_shard()
+    ready = LoadedSetup(setup, return_lattice=job.outputs.out is not None)
+    outputs = JobOutputs(job.outputs, input_format=job.format, lm_weights=ready.options.lm_weights,
+                         symbols=ready.symbols, rank=None if shard[1] == 1 or job.shard else shard[0])
+    if setup.options.get("posteriors") and not job.outputs.json and outputs.results_on_stdout:
+        say("--posteriors: the transcript lines hold words only; the word posteriors are in --json output "
+            "(best.word_posteriors) and in the --ctm confidence column")
+    lattices = iter_lattices(list(job.inputs), job.format, ready.symbols, shard)
+    with outputs:
+        summary = ready.rescore_into(lattices, outputs, job.workers, job.batch_pairs, warn, on_failure)
+    if summary.seen == 0:
         say(f"no lattice was read from {', '.join(job.inputs)}" + (f" (shard {shard[0]}/{shard[1]})"
                                                                      if shard[1] > 1 else ""))
-    return RescoreSummary(seen=seen, failed=failed)
+    return summary
 
 
 def run_rescore_cuts_job(setup: RescoreSetup, cuts: str, out: str, workers: int = 1, batch_pairs: int = 262_144,

@@ -9,13 +9,14 @@ Commands:
   afp mix    --text DEV --out DIR MODEL...          EM interpolation weights; a mixture --model DIR loads
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
   afp rescore [--model DIR] [options] INPUT...       rescore lattices or n-best lists exactly
+  afp rescore --out-dir DIR [--job I --num-jobs N | --ray ADDRESS] INPUT...   a corpus, resumable
   afp tune   [--model DIR] --refs REFS INPUT...     choose weights on a dev set by WER (joint search)
   afp wer    --refs REFS HYP [HYP...]               WER, its breakdown and the significance of differences
   afp rescore-cuts --cuts CUTS --out CUTS            rescore the lattices a lhotse CutSet names
   afp serve  [--model DIR] [options]                the HTTP server
 
 Each command's work is one library call a Python caller can make too: :mod:`afp.text_jobs` (info,
-ppl, score, mix), :mod:`afp.rescore_job` (rescore, rescore-cuts), :mod:`afp.tune_job` (tune),
+ppl, score, mix), :mod:`afp.rescore_job` (rescore, rescore-cuts), :mod:`afp.corpus` (rescore --out-dir), :mod:`afp.tune_job` (tune),
 :func:`afp.wer.compare_systems` (wer), :mod:`lm.jobs` (prepare, train), :mod:`lm.ngram.job`
 (ngram), :mod:`service.startup` (serve).
 
@@ -189,6 +190,14 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     from afp.outputs import OutputOptions
     from afp.rescore_job import RescoreJob, run_rescore_job
 
+    if args.out_dir is not None:
+        _rescore_corpus(args)
+        return
+    corpus_only = [flag for flag, given in (("--ray", args.ray), ("--job", args.job), ("--num-jobs", args.num_jobs),
+                                            ("--force", args.force), ("--also", args.also)) if given]
+    if corpus_only:
+        raise CLIError(f"{', '.join(corpus_only)} need --out-dir DIR (a result file per input)")
+
     job = RescoreJob(setup=_setup(args), inputs=tuple(args.inputs), format=args.format, shard=args.shard,
                      outputs=OutputOptions(out=args.out, nbest_text=args.nbest_text, text_dir=args.text_dir,
                                            ctm=args.ctm, frame_shift=args.frame_shift, json=args.json,
@@ -197,6 +206,39 @@ def cmd_rescore(args: argparse.Namespace) -> None:
     done = run_rescore_job(job, warn=_warn, on_failure=lambda f: print(f"afp: error: {f.message}", file=sys.stderr))
     if done.failed:
         raise CLIError(f"{done.failed} of {done.seen} lattice(s) could not be rescored or written (see above)")
+
+
+def _rescore_corpus(args: argparse.Namespace) -> None:
+    """``afp rescore --out-dir``: a result file per input, resumable, split by --job, or on Ray (:mod:`afp.corpus`)."""
+    from afp.corpus import CorpusJob, Progress, run_corpus_job
+
+    clashing = [flag for flag, given in (("--out", args.out), ("--nbest-text", args.nbest_text),
+                                         ("--text-dir", args.text_dir), ("--ctm", args.ctm), ("--json", args.json),
+                                         ("--show-first-pass", args.show_first_pass), ("--shard", args.shard)) if given]
+    if clashing:
+        raise CLIError(f"--out-dir writes each input's results (and --also lattices,text,ctm,nbest-text) beside it: "
+                       f"{', '.join(clashing)} cannot be given with it (--shard: use --job I --num-jobs N)")
+    job_index, num_jobs = args.job, args.num_jobs
+    if job_index is None and num_jobs is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
+        job_index, num_jobs = int(os.environ.get("RANK", "0")) + 1, int(os.environ["WORLD_SIZE"])
+    if (job_index is None) != (num_jobs is None):
+        raise CLIError("give --job I and --num-jobs N together (1 <= I <= N)")
+    also = tuple(dict.fromkeys(kind.strip() for text in args.also or () for kind in text.split(",") if kind.strip()))
+    job = CorpusJob(setup=_setup(args), inputs=tuple(args.inputs), out_dir=args.out_dir, format=args.format,
+                    job=job_index or 1, num_jobs=num_jobs or 1, force=args.force, also=also,
+                    frame_shift=args.frame_shift, workers=args.workers, batch_pairs=args.batch_pairs)
+    progress = Progress(len(job.plan()), enabled=not args.quiet)
+    if args.ray is not None:
+        from afp.corpus_ray import RayOptions, run_on_ray
+
+        ray = RayOptions(address=args.ray, workers=args.ray_workers, cpus=args.ray_cpus_per_worker,
+                         gpus=args.ray_gpus_per_worker, threads=args.threads)
+        summary, record = run_on_ray(job, ray, progress)
+    else:
+        summary, record = run_corpus_job(job, progress)
+    print(json.dumps({k: v for k, v in record.items() if k not in ("options", "failures")}))
+    if not summary.ok:
+        raise CLIError(f"{summary.failure_message()} (all of them in {job.summary_path})")
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
@@ -356,6 +398,36 @@ def _add_workers(p: argparse.ArgumentParser) -> None:
                    help="with --workers: the most (context, word) pairs of one merged model call (default 262144)")
 
 
+def _add_corpus_options(p: argparse.ArgumentParser) -> None:
+    """``afp rescore --out-dir``: rescoring a corpus (:mod:`afp.corpus`, :mod:`afp.corpus_ray`)."""
+    from afp.corpus import OUTPUT_KINDS
+
+    g = p.add_argument_group(
+        "a corpus", "--out-dir DIR writes DIR/NAME.jsonl per input (NAME: its file name without .gz), what --json "
+                    "prints, failed lattices with their reason; each input's files appear whole (written aside, "
+                    "then renamed), and an input whose results exist is skipped, so a killed job is finished by "
+                    "running it again. DIR/summary.json says what was done, skipped and failed.")
+    g.add_argument("--out-dir", metavar="DIR", help="a result file per input in DIR (resumable)")
+    g.add_argument("--also", action="append", metavar="KINDS",
+                   help=f"beside each input's results: {', '.join(OUTPUT_KINDS)} (comma-separated or repeated): "
+                        "lattices under the input's own name (DIR/lat.3.gz), DIR/NAME.text, DIR/NAME.ctm, "
+                        "DIR/NAME.nbest.text")
+    g.add_argument("--force", action="store_true", help="redo inputs whose results exist")
+    g.add_argument("--job", type=_positive, metavar="I", help="with --num-jobs N: this job takes inputs I, I+N, "
+                   "... (1-based, Kaldi's JOB; default under torchrun: rank + 1)")
+    g.add_argument("--num-jobs", type=_positive, metavar="N", help="how many jobs share the inputs")
+    g.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster: auto (the one this machine joined), "
+                   "HOST:PORT or ray://HOST:PORT; DIR, the inputs and the model must be on a file system every node "
+                   "sees (needs pip install 'afp-rescore[ray]')")
+    g.add_argument("--ray-workers", type=_positive, default=2, metavar="N",
+                   help="Ray workers, each with the model loaded once (default 2)")
+    g.add_argument("--ray-cpus-per-worker", type=float, default=1.0, metavar="C", help="CPUs each worker asks for "
+                   "(default 1)")
+    g.add_argument("--ray-gpus-per-worker", type=float, default=0.0, metavar="G",
+                   help="GPUs each worker asks for; fractions share a GPU, e.g. 0.25 (default 0)")
+    g.add_argument("--quiet", action="store_true", help="no progress line per input on standard error")
+
+
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     """``afp rescore``'s outputs (written by :mod:`afp.outputs`; targets: :mod:`afp.wspec`)."""
     g = p.add_argument_group(
@@ -467,6 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rescore_options(p)
     p.add_argument("--shard", metavar="I/N", help="process lattice i, i+n, ... (default: torchrun rank/world)")
     _add_workers(p)
+    _add_corpus_options(p)
     p.add_argument("--json", action="store_true", help="one JSON object per lattice (and LM weight)")
     p.add_argument("--show-first-pass", action="store_true",
                    help="after each result, the first pass's 1-best ('=KEY' unchanged, '*KEY' changed)")

@@ -132,7 +132,8 @@ def _looks_like_srilm(head: str) -> bool:
 
 def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] | None = None,
                   source: str | None = None, key: str | None = None, deadline: float | None = None,
-                  keep: Callable[[], bool] | None = None) -> list[Lattice]:
+                  keep: Callable[[], bool] | None = None,
+                  on_error: Callable[[str, LatticeFormatError], None] | None = None) -> list[Lattice]:
     """Parse lattices of format ``fmt`` (one of :data:`READ_FORMATS` but ``"espnet-nbest"``, or ``"auto"``).
 
     ``symbols`` is the word symbol table (id -> word) for formats that store integer word ids
@@ -141,7 +142,9 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
     seconds): the archive formats (Kaldi, JSON, n-best lists) check it between lattices and raise
     :class:`~lattices.ops.DeadlineExceeded` once it has passed. ``keep``: called once per lattice,
     in order; only the lattices it says yes to are returned (a Kaldi archive skips the others
-    before parsing them, other formats after).
+    before parsing them, other formats after). ``on_error``: a Kaldi text archive tells it each
+    malformed lattice (key, error) and reads the others (:func:`~lattices.formats.kaldi.read_kaldi`);
+    elsewhere a malformed input raises as without it.
     """
     data = maybe_gunzip(data, source)
     if fmt == "auto":
@@ -156,7 +159,7 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
 
         if isinstance(data, bytes) and looks_like_kaldi_binary(data):
             return read_kaldi_binary(data, symbols, source, deadline, keep)
-        return read_kaldi(_decode(data, source), symbols, source, deadline, keep)
+        return read_kaldi(_decode(data, source), symbols, source, deadline, keep, on_error)
     if fmt == "htk":
         from lattices.formats.htk import read_htk
 
@@ -278,11 +281,14 @@ def _json_lattices(obj: Any, source: str | None, deadline: float | None) -> list
 
 
 def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str] | None = None,
-                      keep: Callable[[], bool] | None = None) -> list[Lattice]:
+                      keep: Callable[[], bool] | None = None,
+                      on_error: Callable[[str, LatticeFormatError], None] | None = None) -> list[Lattice]:
     """Read a lattice file (gzip or not), an ESPnet n-best folder (a directory with
     ``1best_recog/text``: ``fmt`` auto or espnet-nbest), or a directory of lattice files (every
     file named ``*`` + one of :data:`LATTICE_SUFFIXES`, optionally ``.gz``, in name order: a
-    decoder's ``UTT.slf`` files); ``keep`` as :func:`read_lattices`."""
+    decoder's ``UTT.slf`` files); ``keep`` and ``on_error`` as :func:`read_lattices` (in a
+    directory, a file that cannot be read is told to ``on_error`` under its name up to the first
+    dot, the key its lattice would have had, and the other files are read)."""
     path = Path(path)
     from lattices.formats.nbest import is_espnet_nbest_dir
 
@@ -293,7 +299,15 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
             raise LatticeFormatError(f"no lattice file in this directory (files named *{', *'.join(LATTICE_SUFFIXES)}, "
                                      "optionally .gz), and it is no ESPnet n-best directory (1best_recog/text)",
                                      source=str(path))
-        return [lattice for f in files for lattice in read_lattice_file(f, fmt, symbols, keep)]
+        if on_error is None:
+            return [lattice for f in files for lattice in read_lattice_file(f, fmt, symbols, keep)]
+        lattices = []
+        for f in files:
+            try:
+                lattices.extend(read_lattice_file(f, fmt, symbols, keep, on_error))
+            except LatticeFormatError as err:
+                on_error(f.name.split(".")[0], err)
+        return lattices
     if fmt == "espnet-nbest" or path.is_dir():
         from lattices.formats.nbest import read_espnet_nbest
 
@@ -310,7 +324,7 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
         raise LatticeFormatError("no such file", source=str(path)) from None
     except OSError as err:
         raise LatticeFormatError(f"cannot read: {err.strerror}", source=str(path)) from None
-    return read_lattices(data, fmt, symbols, source=str(path), keep=keep)
+    return read_lattices(data, fmt, symbols, source=str(path), keep=keep, on_error=on_error)
 
 
 def output_format(fmt: str, first: Lattice | None) -> str:

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -81,10 +81,13 @@ _TIDS = re.compile(r"(?:[0-9]+(?:_[0-9]+)*)?")
 _BLANK = " \t\r"
 
 Lines = list[tuple[int, list[str]]]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def read_kaldi(text: str, symbols: Sequence[str] | None = None, source: str | None = None,
-               deadline: float | None = None, keep: Callable[[], bool] | None = None) -> list[Lattice]:
+               deadline: float | None = None, keep: Callable[[], bool] | None = None,
+               on_error: Callable[[str, LatticeFormatError], None] | None = None) -> list[Lattice]:
     """Read a Kaldi text archive into lattices, in archive order (see the module docstring).
 
     ``symbols[i]`` is the word with id ``i`` (``symbols[0] == "<eps>"``); it is required when the
@@ -93,21 +96,57 @@ def read_kaldi(text: str, symbols: Sequence[str] | None = None, source: str | No
     :class:`~lattices.ops.DeadlineExceeded` between lattices once ``deadline`` has passed.
     ``keep``: called once per lattice of the archive, in order, before its lines are parsed; the
     lattices it says no to are skipped unparsed (a shard of a job parses its own share only).
+    ``on_error``: given, a malformed lattice is told to it (its key and the error) and left out,
+    and the archive's other lattices are read (a corpus job records it and goes on); an archive
+    whose lattices cannot be told apart (a missing or repeated key line) still raises.
     """
     blocks = _split_archive(text, source)
     if keep is not None:
         blocks = [block for block in blocks if keep()]
-    parsed = []
-    for key, key_line, lines in blocks:
-        check_deadline(deadline)
-        parsed.append(_parse_lattice(key, key_line, lines, Where(source, key)))
-    table, word_ids, are_ids = resolve_words([p[0] for p in parsed], symbols, source)
-    lattices = []
-    for (graph, transducer, ilabels, tids, final_tids), words in zip(parsed, word_ids):
-        check_deadline(deadline)
+
+    def each(items: Sequence[T], read: Callable[[T], R], key: Callable[[T], str]) -> list[R]:
+        out = []
+        for item in items:
+            check_deadline(deadline)
+            try:
+                out.append(read(item))
+            except LatticeFormatError as err:
+                if on_error is None:
+                    raise
+                on_error(key(item), err)
+        return out
+
+    parsed = each(blocks, lambda b: _parse_lattice(b[0], b[1], b[2], Where(source, b[0])), lambda b: b[0])
+    parsed, (table, word_ids, are_ids) = _resolve_tolerantly(parsed, symbols, source, on_error)
+
+    def build(item: tuple[tuple[GraphText, bool, list[int], list[str], list[str]], list[int]]) -> Lattice:
+        (graph, transducer, ilabels, tids, final_tids), words = item
         meta, arc_extra, final_extra = kaldi_extras(transducer, are_ids, ilabels, tids, final_tids)
-        lattices.append(graph.to_lattice(Where(source, graph.key), table, words, meta, arc_extra, final_extra))
-    return lattices
+        return graph.to_lattice(Where(source, graph.key), table, words, meta, arc_extra, final_extra)
+
+    return each(list(zip(parsed, word_ids)), build, lambda item: item[0][0].key)
+
+
+def _resolve_tolerantly(parsed: list[tuple[GraphText, bool, list[int], list[str], list[str]]],
+                        symbols: Sequence[str] | None, source: str | None,
+                        on_error: Callable[[str, LatticeFormatError], None] | None
+                        ) -> tuple[list[tuple[GraphText, bool, list[int], list[str], list[str]]],
+                                   tuple[tuple[str, ...], list[list[int]], bool]]:
+    """:func:`resolve_words` over the archive; with ``on_error``, a lattice whose words cannot be
+    resolved (an id beyond the table...) is told and left out, and the rest resolved together."""
+    try:
+        return parsed, resolve_words([p[0] for p in parsed], symbols, source)
+    except LatticeFormatError:
+        if on_error is None:
+            raise
+    kept = []
+    for item in parsed:
+        try:
+            resolve_words([item[0]], symbols, source)
+            kept.append(item)
+        except LatticeFormatError as err:
+            on_error(item[0].key, err)
+    return kept, resolve_words([p[0] for p in kept], symbols, source)
 
 
 def kaldi_extras(transducer: bool, word_ids: bool, ilabels: Sequence[int] | torch.Tensor, tids: Sequence[str],
