@@ -20,10 +20,13 @@ raises :class:`RayMissing` at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from afp.corpus import CorpusError, CorpusInput, CorpusJob, CorpusSummary, InputOutcome, InputRescorer, Progress
@@ -96,7 +99,9 @@ def run_on_ray(job: CorpusJob, options: RayOptions, progress: Progress | None = 
     from ray.exceptions import RayActorError, RayTaskError
 
     started = time.perf_counter()
-    planned = job.plan()
+    given = {item.name: item.spec for item in job.plan()}  # the summary names inputs as they were given
+    planned = [CorpusInput(str(Path(spec).resolve()), name) for name, spec in given.items()]
+    job = _absolute(job)
     progress = progress or Progress(len(planned))
     summary = CorpusSummary("ray", job.job, job.num_jobs)
     todo: deque[CorpusInput] = deque()
@@ -110,12 +115,13 @@ def run_on_ray(job: CorpusJob, options: RayOptions, progress: Progress | None = 
     overheads: list[float] = []
     if todo:
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        ray.init(address=options.address, log_to_driver=False, logging_level="ERROR",
-                 configure_logging=False)
-        try:
-            _schedule(ray, RayActorError, RayTaskError, job, options, todo, summary, progress, overheads)
-        finally:
-            ray.shutdown()
+        with contextlib.redirect_stdout(sys.stderr):  # Ray's own notices (a raylet died...): stdout is the summary's
+            ray.init(address=options.address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
+            try:
+                _schedule(ray, RayActorError, RayTaskError, job, options, todo, summary, progress, overheads)
+            finally:
+                ray.shutdown()
+    summary.outcomes = [replace(o, spec=given[o.name]) for o in summary.outcomes]
     summary.seconds = time.perf_counter() - started
     summary.extra = {"ray_workers": options.workers, "ray_cpus_per_worker": options.cpus,
                      "ray_gpus_per_worker": options.gpus,
@@ -193,6 +199,24 @@ def _schedule(ray: Any, actor_error: type, task_error: type, job: CorpusJob, opt
         progress.update(outcome)
     for actor in [*idle, *starting.values()]:
         ray.kill(actor, no_restart=True)
+
+
+def _absolute(job: CorpusJob) -> CorpusJob:
+    """``job`` with every path absolute: a Ray worker does not run in the driver's folder."""
+    def path(text: str | None) -> str | None:
+        return str(Path(text).resolve()) if text else text
+
+    def after(text: str, sep: str, last: bool) -> str:  # "MODEL:W" (the path before the last ':'), "NAME=DIR"
+        head, mark, tail = text.rpartition(sep) if last else text.partition(sep)
+        return f"{path(head)}{mark}{tail}" if last and mark else f"{head}{mark}{path(tail)}" if mark else text
+
+    setup = job.setup
+    model = replace(setup.model, model=path(setup.model.model),
+                    interpolate=tuple(after(t, ":", True) for t in setup.model.interpolate))
+    setup = replace(setup, model=model, words=path(setup.words), old_lm=path(setup.old_lm),
+                    weights=path(setup.weights), features=tuple(after(t, "=", False) for t in setup.features))
+    return replace(job, setup=setup, out_dir=str(Path(job.out_dir).resolve()),
+                   inputs=tuple(str(Path(spec).resolve()) for spec in job.inputs))
 
 
 def _cause(err: BaseException) -> str:
