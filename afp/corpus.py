@@ -388,8 +388,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_summary(job: CorpusJob, summary: CorpusSummary, options: Any, model: str | None) -> dict[str, Any]:
-    """Write ``summary.json`` (atomically) and return it."""
-    record = summary.to_json(job, options, model)
+    """Write ``summary.json`` (atomically) and return it (``model`` None: the bundled default's path)."""
+    from afp.defaults import default_model_dir
+
+    record = summary.to_json(job, options, model or str(default_model_dir()))
     path = job.summary_path
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
