@@ -168,8 +168,8 @@ def install_podman() -> None:
 
 # ------------------------------------------------------------------------------------ base image
 
-def debian_mirror() -> str:
-    """The Debian mirror apt uses here (deb822 or one-line sources), else deb.debian.org."""
+def debian_mirror() -> str | None:
+    """The Debian mirror apt uses here (deb822 or one-line sources), else None (debootstrap's own default)."""
     for path in [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]:
         if path.is_file():
             for line in path.read_text().splitlines():
@@ -178,7 +178,7 @@ def debian_mirror() -> str:
                     return words[1]
                 if words[:1] == ["deb"] and len(words) > 2 and "security" not in line:
                     return next(w for w in words[1:] if "://" in w)
-    return "http://deb.debian.org/debian"
+    return None
 
 
 def ensure_base(engine: Engine) -> None:
@@ -282,8 +282,9 @@ def build_flags(engine: Engine) -> list[str]:
     names_sources = any(k in v for v in settings.values() for k in ("index-url", "extra-index-url", "find-links"))
     torch_index = os.environ.get("AFP_CHECK_TORCH_INDEX_URL")
     if torch_index is None and names_sources:
-        # this machine's configured index (with its local wheels) serves plain torch==2.13.0 as the CPU build
-        torch_index = settings["global"].get("index-url", "https://pypi.org/simple")
+        # this machine's configured index (with its local wheels) serves plain torch==2.13.0 as the CPU build;
+        # with none configured, pip's own default index
+        torch_index = settings.get("global", {}).get("index-url")
     if torch_index:
         flags += ["--build-arg", f"TORCH_INDEX_URL={torch_index}"]
     if engine.name == "podman":
