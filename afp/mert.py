@@ -15,9 +15,16 @@ Weights (coordinates) are named like the options: ``lm_weight``, ``old_lm_weight
 a natural bound (0 for a weight of a log-probability) is reported, since the best value may lie
 beyond it.
 
-Only tree-shaped inputs (n-best lists) have their hypotheses in a table; a tuner holding other
-lattices searches each candidate of a line search with the lattice engine instead, on
-:data:`LATTICE_CANDIDATES` evenly spaced values (slower, and a grid, not exact).
+Tree-shaped inputs (n-best lists) have their hypotheses in a :class:`Table`. Other lattices are
+:class:`LatticeLines`: along a line every path's score is linear too, so the best path's errors
+are the same kind of step function, found exactly by the lattice's own upper envelope (lattice
+MERT, Macherey et al. 2008) without listing its paths: a table of the paths met so far gives a
+candidate envelope, and one Viterbi pass at many points at once (:meth:`lattices.search.Dag.best_paths`)
+checks it at each of its breakpoints and inside each segment. Where the lattice's best path
+scores above the candidate, that path joins the table and the check is repeated; where it
+does not, the envelope is the lattice's own (a convex function that meets a line at both ends of
+a segment is that line in between). The tables persist across line searches, restarts and
+cross-validation folds, so later searches mostly need a single pass.
 """
 
 from __future__ import annotations
@@ -32,12 +39,12 @@ import numpy
 import torch
 
 from lattices.scored import POINT_WEIGHTS, component_vector, point_weights
+from lattices.search import Dag
 
 #: the search range of each coordinate (score weights: ``score:*``); natural bounds in NATURAL
 RANGES = {"lm_weight": (0.0, 3.0), "old_lm_weight": (0.0, 3.0), "word_penalty": (-10.0, 10.0),
           "unk_penalty": (-30.0, 0.0), "score": (0.0, 3.0)}
 NATURAL = {"lm_weight": {0.0}, "old_lm_weight": {0.0}, "unk_penalty": {0.0}, "score": {0.0}}
-LATTICE_CANDIDATES = 25
 BASE = POINT_WEIGHTS
 
 
@@ -59,13 +66,13 @@ class Table:
 @dataclass
 class Problem:
     """What is searched: the utterances' tables, the component ``names``, the weights of named
-    scores that are not searched (``defaults``), and for inputs that are not tables an
-    ``evaluate(points) -> errors`` callback (the lattice engine)."""
+    scores that are not searched (``defaults``), and the utterances that are lattices
+    (:class:`LatticeLines`)."""
 
     tables: list[Table]
     names: tuple[str, ...]
     defaults: dict[str, float]
-    evaluate_other: Callable[[list[dict[str, float]]], numpy.ndarray] | None = None
+    lattices: Sequence[LatticeLines] = ()
     evaluations: int = field(default=0)
 
     def vector(self, point: dict[str, float], acoustic_scale: float) -> numpy.ndarray:
@@ -78,9 +85,7 @@ class Problem:
         for table in self.tables:
             scores = table.parts @ self.vector(point, table.acoustic_scale)
             total += int(table.errors[int(numpy.argmax(scores))])  # argmax: the first of equals
-        if self.evaluate_other is not None:
-            total += int(self.evaluate_other([point])[0])
-        return total
+        return total + sum(lattice.errors(point) for lattice in self.lattices)
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ class Result:
     at_edge: list[str]
 
 
-def _steps(table: Table, a: numpy.ndarray, g: numpy.ndarray, lo: float, hi: float
+def _steps(errors: numpy.ndarray, a: numpy.ndarray, g: numpy.ndarray, lo: float, hi: float
            ) -> tuple[list[float], list[int]]:
     """The errors of the hypothesis that wins along ``a + t g`` for ``t`` in ``[lo, hi]``:
     breakpoints ``b_1 < ... < b_m`` inside and the errors ``e_0 .. e_m`` of the intervals
@@ -108,7 +113,7 @@ def _steps(table: Table, a: numpy.ndarray, g: numpy.ndarray, lo: float, hi: floa
     first = max([0] + [i for i in range(1, len(starts)) if starts[i] <= lo])
     winners = [envelope[first]] + [envelope[i] for i in inside]
     cuts = [float(starts[i]) for i in inside]
-    values = table.errors[numpy.asarray(winners)].tolist()
+    values = errors[numpy.asarray(winners)].tolist()
     keep = [i for i in range(1, len(values)) if values[i] != values[i - 1]]
     return [cuts[i - 1] for i in keep], [values[0], *(values[i] for i in keep)]
 
@@ -161,16 +166,17 @@ def line_search(problem: Problem, point: dict[str, float], name: str, pick: str 
     or its :func:`simplest` number (``pick="simplest"``), unless it holds the current value."""
     lo, hi = range_of(name)
     here = point[name]
-    if problem.evaluate_other is not None:
-        return _grid_search(problem, point, name, lo, hi)
     unit = {**point, name: here + 1.0}
     events: list[tuple[float, int]] = []
     base = 0
+    steps = []
     for table in problem.tables:
         v = problem.vector(point, table.acoustic_scale)
         a = table.parts @ v
         g = table.parts @ (problem.vector(unit, table.acoustic_scale) - v)
-        cuts, values = _steps(table, a, g, lo - here, hi - here)
+        steps.append(_steps(table.errors, a, g, lo - here, hi - here))
+    steps.extend(lattice.steps(point, unit, lo - here, hi - here) for lattice in problem.lattices)
+    for cuts, values in steps:
         base += values[0]
         events.extend((cut, values[i + 1] - values[i]) for i, cut in enumerate(cuts))
     problem.evaluations += 1
@@ -191,13 +197,6 @@ def line_search(problem: Problem, point: dict[str, float], name: str, pick: str 
     if left <= 0.0 <= right:
         return here, best
     return (simplest(here + left, here + right) if pick == "simplest" else here + (left + right) / 2), best
-
-
-def _grid_search(problem: Problem, point: dict[str, float], name: str, lo: float, hi: float) -> tuple[float, int]:
-    values = sorted({point[name], *numpy.linspace(lo, hi, LATTICE_CANDIDATES).tolist()})
-    scored = [(problem.errors({**point, name: v}), abs(v - point[name]), v) for v in values]
-    errors, _, value = min(scored)
-    return value, errors
 
 
 def coordinate_descent(problem: Problem, start: dict[str, float], names: Sequence[str], rounds: int = 8,
@@ -261,3 +260,95 @@ def tables_from(utterances: Sequence[Any], objective: Callable[[Any], numpy.ndar
     ``acoustic_scale``), with ``objective(utterance)`` as their errors."""
     return [Table(parts=torch.as_tensor(u.hyp_parts).numpy(), errors=objective(u), acoustic_scale=u.acoustic_scale)
             for u in utterances]
+
+
+class LatticeLines:
+    """One lattice utterance of the search: its best path's errors along any line, exactly.
+
+    ``dag``: the expanded lattice's graph (its own scores unused); ``arc_parts`` float64
+    ``(X, C)`` and ``final_parts`` ``(G, C)`` its score components; ``vector(point)``: the
+    weight vector ``(C,)`` rescoring uses at a point (so a path's total is what rescoring
+    computes); ``errors_of(arcs)``: the word errors of the path along ``arcs`` (int64 arc ids).
+    :meth:`steps` is a line search's view (as :func:`_steps` of a table), :meth:`errors` a
+    point's. The paths met so far are kept (their components and errors) and seed every later
+    line; ``passes`` counts the multi-point Viterbi passes run."""
+
+    def __init__(self, dag: Dag, arc_parts: numpy.ndarray, final_parts: numpy.ndarray,
+                 vector: Callable[[dict[str, float]], numpy.ndarray],
+                 errors_of: Callable[[numpy.ndarray], int]) -> None:
+        self.dag, self.arc_parts, self.final_parts = dag, arc_parts, final_parts
+        self.vector, self.errors_of = vector, errors_of
+        self.paths: dict[bytes, int] = {}  # a path's arcs -> its row in the table
+        self.parts: list[numpy.ndarray] = []  # (C,) per known path
+        self.path_errors: list[int] = []
+        self.final_of = {state: i for i, state in enumerate(dag.finals.cpu().tolist())}
+        self.passes = 0
+
+    def errors(self, point: dict[str, float]) -> int:
+        """The errors of the best path at ``point`` (rescoring's decision)."""
+        v = self.vector(point)
+        self.passes += 1
+        _, (arcs,) = self.dag.best_paths((self.arc_parts @ v)[:, None], (self.final_parts @ v)[:, None])
+        return self.path_errors[self._known(arcs)]
+
+    def steps(self, point: dict[str, float], unit: dict[str, float], lo: float, hi: float
+              ) -> tuple[list[float], list[int]]:
+        """Along ``point + t (unit - point)`` for ``t`` in ``[lo, hi]``: the breakpoints where the
+        best path's errors change and the errors between them (as :func:`_steps`)."""
+        v = self.vector(point)
+        dv = self.vector(unit) - v
+        a_arc, g_arc = self.arc_parts @ v, self.arc_parts @ dv
+        a_fin, g_fin = self.final_parts @ v, self.final_parts @ dv
+        if not self.parts:  # a first path to start the envelope from
+            _, (arcs,) = self._best(a_arc, g_arc, a_fin, g_fin, numpy.array([(lo + hi) / 2]))
+            self._known(arcs)
+        while True:
+            table = numpy.stack(self.parts)
+            a, g = table @ v, table @ dv
+            envelope, starts = _upper_envelope(a, g)
+            inside = [k for k in range(1, len(starts)) if lo < starts[k] < hi]
+            cuts = [float(starts[k]) for k in inside]
+            bounds = [lo, *cuts, hi]
+            middles = [(bounds[k] + bounds[k + 1]) / 2 for k in range(len(bounds) - 1)]
+            points = numpy.array([*bounds, *middles])
+            best, paths = self._best(a_arc, g_arc, a_fin, g_fin, points)
+            candidate = (a[:, None] + g[:, None] * points[None, :]).max(axis=0)
+            above = best > candidate + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
+            grew = False
+            for k in numpy.flatnonzero(above).tolist():
+                grew |= self._add(paths[k])
+            if not grew:  # the candidate envelope is the lattice's: errors inside each segment
+                values = [self.path_errors[self._known(paths[len(bounds) + k])] for k in range(len(middles))]
+                keep = [k for k in range(1, len(values)) if values[k] != values[k - 1]]
+                return [cuts[k - 1] for k in keep], [values[0], *(values[k] for k in keep)]
+
+    def _best(self, a_arc: numpy.ndarray, g_arc: numpy.ndarray, a_fin: numpy.ndarray, g_fin: numpy.ndarray,
+              points: numpy.ndarray) -> tuple[numpy.ndarray, list[numpy.ndarray]]:
+        """The best path's total and arcs at each ``t`` of ``points`` along ``a + t g``: one pass."""
+        self.passes += 1
+        return self.dag.best_paths(a_arc[:, None] + g_arc[:, None] * points[None, :],
+                                   a_fin[:, None] + g_fin[:, None] * points[None, :])
+
+    def _add(self, arcs: numpy.ndarray) -> bool:
+        """Add a path to the table; False when it was there already (a rounding difference)."""
+        known = len(self.parts)
+        self._known(arcs)
+        return len(self.parts) > known
+
+    def _known(self, arcs: numpy.ndarray) -> int:
+        """The table row of the path along ``arcs`` (ending in the final state of its last arc),
+        added with its components and errors when new."""
+        key = arcs.astype(numpy.int64).tobytes()
+        row = self.paths.get(key)
+        if row is None:
+            final = self._final_index(arcs)
+            parts = self.arc_parts[arcs].sum(axis=0) + self.final_parts[final]
+            row = self.paths[key] = len(self.parts)
+            self.parts.append(parts)
+            self.path_errors.append(int(self.errors_of(arcs)))
+        return row
+
+    def _final_index(self, arcs: numpy.ndarray) -> int:
+        """The index among the final states of where the path along ``arcs`` ends."""
+        state = int(self.dag._arrays[1][arcs[-1]]) if len(arcs) else self.dag.start
+        return self.final_of[state]

@@ -69,6 +69,7 @@ class _Utterance:
     group_errors: numpy.ndarray | None = None  # (G,) errors of each distinct word sequence
     distances: Tensor | None = None  # (G, G) between distinct word sequences, for MBR
     scored: ScoredLattice | None = None  # other lattices
+    lines: Any = None  # other lattices: their line searches' view (lattice_lines), made on first use
 
 
 def hypothesis_table(scored: ScoredLattice) -> tuple[list[list[str]], Tensor] | None:
@@ -511,14 +512,47 @@ def best_path_words(scored: ScoredLattice, options: RescoreOptions) -> list[str]
     """The words of the best path of ``scored`` under ``options`` (one LM weight, Viterbi): the
     decision of :func:`~lattices.rescore.rescore_scored` (the same weight vector) without building
     its result (first pass, hypothesis, n-best search), about ten times faster on PocketSphinx
-    lattices; the line searches evaluate it at every candidate. Only among paths of exactly equal
-    scores may the two pick different words."""
-    lattice, expansion = scored.lattice, scored.expansion
+    lattices. Only among paths of exactly equal scores may the two pick different words."""
+    _, arcs = scored.dag(weight_vector(scored, options)).best_path()
+    return path_words(scored, arcs)
+
+
+def weight_vector(scored: ScoredLattice, options: RescoreOptions) -> Tensor:
+    """float64 ``(C,)``: the weights rescoring gives ``scored``'s components under ``options``
+    (its one LM weight): the vector of :func:`~lattices.rescore.rescore_scored`."""
     (lm_weight,) = options.lm_weights_for(scored)
-    _, arcs = scored.dag(scored.vector(options.weights(lm_weight, scored))).best_path()
-    arcs = arcs.to(expansion.arc_orig.device)
+    return scored.vector(options.weights(lm_weight, scored))
+
+
+def path_words(scored: ScoredLattice, arcs: Tensor | numpy.ndarray) -> list[str]:
+    """The LM-scored words along expanded arcs ``arcs`` (int64 ids, path order)."""
+    lattice, expansion = scored.lattice, scored.expansion
+    arcs = torch.as_tensor(arcs, dtype=torch.int64).to(expansion.arc_orig.device)
     words = lattice.words[expansion.arc_orig[arcs]][expansion.arc_lm_word[arcs] != PAD]
     return [lattice.symbols[w] for w in words.tolist()]
+
+
+def lattice_lines(tuner: Tuner, utt: _Utterance) -> Any:
+    """The line-search view of a lattice utterance (:class:`afp.mert.LatticeLines`), made once and
+    kept on it: the paths its line searches meet serve every later search, restart and fold."""
+    from afp import mert
+
+    if utt.lines is None:
+        scored, options, ignore_case = utt.scored, tuner.options, bool(tuner.ignore_case)
+        assert scored is not None
+        known: dict[tuple[str, ...], int] = {}
+
+        def errors_of(arcs: numpy.ndarray) -> int:
+            words = tuple(path_words(scored, arcs))
+            if words not in known:
+                known[words] = word_errors(utt.ref, list(words), ignore_case).errors
+            return known[words]
+
+        utt.lines = mert.LatticeLines(
+            scored.dag(weight_vector(scored, options)), scored.arc_parts.cpu().numpy(),
+            scored.final_parts.cpu().numpy(), lambda point: weight_vector(scored, options.at_point(point)).cpu().numpy(),
+            errors_of)
+    return utt.lines
 
 
 def utterance_errors(tuner: Tuner | _Subset, point: dict[str, float]) -> list[int]:
@@ -528,19 +562,14 @@ def utterance_errors(tuner: Tuner | _Subset, point: dict[str, float]) -> list[in
 
 def mert_problem(tuner: Tuner, utterances: Sequence[_Utterance]) -> Any:
     """The line-search problem (:class:`afp.mert.Problem`) of ``utterances`` of ``tuner``: table
-    utterances by their error counts, the others rescored at each point."""
+    utterances by their error counts, the others by their lattices' envelopes (:func:`lattice_lines`)."""
     from afp import mert
 
     names = tuner.names or ()
     tables = [u for u in utterances if u.hyp_parts is not None]
-    others = [u for u in utterances if u.hyp_parts is None]
-
-    def evaluate(points: list[dict[str, float]]) -> numpy.ndarray:
-        return numpy.array([sum(word_errors(u.ref, best_path_words(u.scored, tuner.options.at_point(p)),
-                                            bool(tuner.ignore_case)).errors for u in others) for p in points])
-
+    others = [lattice_lines(tuner, u) for u in utterances if u.hyp_parts is None]
     return mert.Problem(mert.tables_from(tables, lambda u: u.error_counts), names,
-                        tuner.options.named_weights(names), evaluate if others else None)
+                        tuner.options.named_weights(names), others)
 
 
 def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3, folds: int = 5, seed: int = 0,

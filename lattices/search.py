@@ -172,6 +172,47 @@ class Dag:
             state = int(src[arcs[-1]])
         return float(ends[top]), torch.tensor(arcs[::-1], dtype=torch.int64)
 
+    def best_paths(self, score: np.ndarray, final_score: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The best complete path under each of ``T`` score settings at once: column ``t`` of
+        ``score`` (float64 ``(X, T)``) and ``final_score`` (``(G, T)``) are one setting's arc and
+        final scores (this Dag's own are not used). Returns float64 ``(T,)`` best totals and, per
+        column, the path's arc ids (int64, path order): the path :meth:`best_path` returns under
+        that column's scores (a state's ties to its lowest incoming arc id, the first of equal
+        final states), in one level sweep for all columns. Raises ``ValueError`` when no final
+        state is reachable."""
+        order, offsets = self._by_dst_level
+        src, dst = self._arrays
+        columns = score.shape[1]
+        frm, to, ordered = src[order], dst[order], score[order]
+        alpha = np.full((self.num_states, columns), NEG_INF)
+        alpha[self.start] = 0.0
+        none = src.shape[0]
+        back = np.full((self.num_states, columns), none, dtype=np.int64)
+        for i in range(len(offsets) - 1):
+            check_deadline(self.deadline)
+            part = slice(offsets[i], offsets[i + 1])
+            into, cand = to[part], alpha[frm[part]] + ordered[part]
+            np.maximum.at(alpha, into, cand)
+            rows, cols = np.nonzero((cand == alpha[into]) & (cand > NEG_INF))
+            np.minimum.at(back, (into[rows], cols), order[part][rows])
+        finals = self.finals.cpu().numpy()
+        ends = alpha[finals] + final_score
+        if not bool((ends > NEG_INF).any(axis=0).all()):
+            raise ValueError("no complete path: no final state is reachable from the start")
+        top = np.argmax(ends, axis=0)
+        state, steps = finals[top], []
+        everything = np.arange(columns)
+        while True:
+            arc = back[state, everything]
+            going = arc < none
+            if not going.any():
+                break
+            steps.append(np.where(going, arc, -1))
+            state = np.where(going, src[np.minimum(arc, none - 1)], state)
+        walked = np.stack(steps[::-1]) if steps else np.empty((0, columns), dtype=np.int64)
+        paths = [walked[:, t][walked[:, t] >= 0] for t in range(columns)]
+        return ends[top, everything], paths
+
     def k_best_paths(self, k: int) -> tuple[Tensor, list[Tensor]]:
         """The ``k`` best complete paths (fewer if the graph has fewer), best first.
 

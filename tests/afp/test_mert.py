@@ -70,8 +70,7 @@ def test_the_envelope_steps_are_those_of_every_pairwise_crossing(integers):
             a, g = rng.normal(size=h), rng.normal(size=h)
         errors = rng.integers(0, 4, h)
         lo, hi = sorted(rng.integers(-4, 5, 2).astype(float))
-        table = mert.Table(parts=numpy.zeros((h, 1)), errors=errors, acoustic_scale=1.0)
-        cuts, values = mert._steps(table, a, g, lo, hi + 0.5)
+        cuts, values = mert._steps(errors, a, g, lo, hi + 0.5)
         want_cuts, want_values = pairwise_steps(errors, a, g, lo, hi + 0.5)
         assert values == want_values and cuts == pytest.approx(want_cuts, abs=1e-12)
 
