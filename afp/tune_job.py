@@ -14,6 +14,7 @@ The report is :func:`afp.tune.joint_tune`'s (or :func:`afp.tune.tune`'s with a g
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +144,7 @@ def _joint_search(job: TuneJob, tuner: Tuner, progress: bool) -> dict[str, Any]:
         best, chosen = report["best"], report["chosen"]
         record = {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],
                   "cross_validated_wer": report.get("cross_validated", {}).get("wer"),
-                  "utterances": report["utterances"], "inputs": list(job.inputs), "refs": job.refs,
+                  "utterances": report["utterances"], "inputs": inputs_record(job.inputs, tuner), "refs": job.refs,
                   "model": str(job.setup.model.model or "bundled default"), "command": job.command,
                   "chosen": chosen["reason"]}
         if chosen["point"] is None:
@@ -151,6 +152,17 @@ def _joint_search(job: TuneJob, tuner: Tuner, progress: bool) -> dict[str, Any]:
         chosen_weights(tuner, report, record).write(job.save)
         report["saved"] = job.save
     return report
+
+
+def inputs_record(inputs: Sequence[str], tuner: Tuner) -> dict[str, Any]:
+    """What a weights file says of the dev set it was tuned on: how many inputs, and a digest
+    (SHA-256) of the utterance keys tuned on, sorted (the same dev set gives the same digest
+    wherever its files are), not the file list (a corpus would write megabytes)."""
+    import hashlib
+
+    keys = sorted(u.key for u in tuner.utterances)
+    return {"count": len(inputs), "utterances": len(keys),
+            "keys_sha256": hashlib.sha256("\n".join(keys).encode()).hexdigest()}
 
 
 def _grid_search(job: TuneJob, tuner: Tuner, grid: Grid) -> dict[str, Any]:

@@ -107,9 +107,12 @@ def _setup(args: argparse.Namespace) -> RescoreSetup:
                         weights=getattr(args, "weights", None), keep_case=args.keep_case)
 
 
-def _command(args: argparse.Namespace) -> str:
-    """The command as given (recorded in what it writes)."""
-    return " ".join(["afp", *args.argv])
+def _command(args: argparse.Namespace, inputs: Sequence[str] = ()) -> str:
+    """The command as given (recorded in what it writes), its ``inputs`` (a dev set's thousands of
+    files) left out as ``<N inputs>``."""
+    given = set(inputs)
+    words = [word for word in args.argv if word not in given]
+    return " ".join(["afp", *words, *([f"<{len(inputs)} inputs>"] if inputs else [])])
 
 
 # ---------------------------------------------------------------------------- commands
@@ -248,7 +251,8 @@ def cmd_tune(args: argparse.Namespace) -> None:
                   tune_score_weights=args.tune_score_weights, restarts=args.restarts, folds=args.folds, seed=args.seed,
                   baseline=args.baseline, save=args.save, grid=args.grid, lm_weights=args.lm_weights,
                   old_lm_weights=args.old_lm_weights, word_penalties=args.word_penalties,
-                  unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot, command=_command(args))
+                  unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot,
+                  command=_command(args, args.inputs))
     try:
         report = run_tune_job(job)
     except NothingSaved as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 
@@ -222,6 +223,10 @@ def test_joint_tune_never_ends_above_the_first_pass_and_its_weights_reproduce_it
     saved = json.loads(weights.read_text())
     chosen = report["chosen"]["point"]
     assert saved["lm_weight"] == chosen["lm_weight"] and saved["old_lm_weight"] == chosen["old_lm_weight"]
+    # the dev set as a count and a digest of its keys, the command without its inputs (issue 40)
+    keys = "\n".join(sorted(refs)).encode()
+    assert saved["tuned"]["inputs"] == {"count": 1, "utterances": 24, "keys_sha256": hashlib.sha256(keys).hexdigest()}
+    assert str(directory) not in saved["tuned"]["command"] and saved["tuned"]["command"].endswith("<1 inputs>")
     expected = report["start"]["wer"] if report["chosen"]["is_first_pass"] else report["best"]["wer"]
     assert main(["rescore", "--model", str(model), "--weights", str(weights), "--json", str(directory)]) == 0
     out = tmp_path / "hyps.jsonl"
