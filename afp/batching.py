@@ -41,6 +41,10 @@ from lattices.ops import DeadlineExceeded
 from lattices.scorer import ContextScorer
 
 
+#: the most (context, word) pairs one merged model call gets (``--batch-pairs``, ``AFP_BATCH_MAX_PAIRS``)
+DEFAULT_BATCH_PAIRS = 262_144
+
+
 @dataclass
 class _Work:
     """One caller's scoring work (see :meth:`ContextScorer.score` for the tensors), its deadline
@@ -86,7 +90,7 @@ class BatchingScorer:
     """
 
     def __init__(self, inner: ContextScorer, enabled: bool = True, max_wait: float = 0.002,
-                 max_pairs: int = 262_144, on_batch: Callable[[int, int], None] | None = None) -> None:
+                 max_pairs: int = DEFAULT_BATCH_PAIRS, on_batch: Callable[[int, int], None] | None = None) -> None:
         if max_pairs < 1:
             raise ValueError(f"max_pairs must be positive, got {max_pairs}")
         self.inner = inner

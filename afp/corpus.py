@@ -46,10 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.rescore_job import RescoreSetup
+from lattices.times import DEFAULT_FRAME_SHIFT
 
 __all__ = ["OUTPUT_KINDS", "PARTIAL_DIR", "CorpusError", "CorpusInput", "CorpusJob", "CorpusSummary",
-           "InputOutcome", "InputRescorer", "Progress", "plan_inputs", "run_corpus_job"]
+           "InputOutcome", "InputRescorer", "Progress", "plan_inputs", "recorded_outcome", "run_corpus_job",
+           "write_summary"]
 
 #: what a corpus job can write beside each input's results
 OUTPUT_KINDS = ("lattices", "text", "ctm", "nbest-text")
@@ -124,9 +127,9 @@ class CorpusJob:
     num_jobs: int = 1
     force: bool = False
     also: tuple[str, ...] = ()
-    frame_shift: float = 0.01
+    frame_shift: float = DEFAULT_FRAME_SHIFT
     workers: int = 1
-    batch_pairs: int = 262_144
+    batch_pairs: int = DEFAULT_BATCH_PAIRS
 
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.also if kind not in OUTPUT_KINDS]
@@ -197,7 +200,7 @@ class InputRescorer:
         out_dir = Path(self.job.out_dir)
         results = item.results(out_dir)
         if results.exists() and not self.job.force:
-            return _recorded(item, results)
+            return recorded_outcome(item, results)
         started = time.perf_counter()
         warnings: list[str] = []
         staging = out_dir / PARTIAL_DIR / f"{item.name}.{uuid.uuid4().hex[:12]}"
@@ -299,7 +302,7 @@ def _commit(staging: Path, out_dir: Path, item: CorpusInput, targets: list[tuple
         pass  # other inputs are being written
 
 
-def _recorded(item: CorpusInput, results: Path) -> InputOutcome:
+def recorded_outcome(item: CorpusInput, results: Path) -> InputOutcome:
     """A skipped input as its results file records it (lattices, failures)."""
     keys: set[str] = set()
     failures = []
@@ -450,7 +453,7 @@ def run_corpus_job(job: CorpusJob, progress: Progress | None = None) -> tuple[Co
     rescorer: InputRescorer | None = None
     for item in planned:
         if item.results(job.out_dir).exists() and not job.force:
-            outcome = _recorded(item, item.results(job.out_dir))
+            outcome = recorded_outcome(item, item.results(job.out_dir))
         else:
             if rescorer is None:
                 rescorer = InputRescorer(job)

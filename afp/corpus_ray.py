@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from afp.corpus import CorpusError, CorpusInput, CorpusJob, CorpusSummary, InputOutcome, InputRescorer, Progress
-from afp.corpus import _recorded, write_summary
+from afp.corpus import (CorpusError, CorpusInput, CorpusJob, CorpusSummary, InputOutcome, InputRescorer, Progress,
+                        recorded_outcome, write_summary)
 
 __all__ = ["RayMissing", "RayOptions", "run_on_ray"]
 
@@ -107,7 +107,7 @@ def run_on_ray(job: CorpusJob, options: RayOptions, progress: Progress | None = 
     todo: deque[CorpusInput] = deque()
     for item in planned:  # inputs done before are recorded here: no worker is started for them
         if item.results(job.out_dir).exists() and not job.force:
-            outcome = _recorded(item, item.results(job.out_dir))
+            outcome = recorded_outcome(item, item.results(job.out_dir))
             summary.outcomes.append(outcome)
             progress.update(outcome)
         else:

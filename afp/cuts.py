@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.jobs import Failure, rescore_all
 from afp.wer import WerStats, cut_reference, word_errors
 from lattices.formats import read_lattice_file
@@ -57,7 +58,7 @@ def _lattice_for(cut: Any, base: Path, symbols: Sequence[str] | None, cache: dic
 def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextScorer, options: RescoreOptions,
                  symbols: Sequence[str] | None = None, device: str | None = None, progress: bool | None = None,
                  old_lm: ContextScorer | None = None, warn: Callable[[str], None] | None = None, workers: int = 1,
-                 batch_pairs: int = 262_144, features: Mapping[str, WindowScorer] | None = None) -> dict[str, Any]:
+                 batch_pairs: int = DEFAULT_BATCH_PAIRS, features: Mapping[str, WindowScorer] | None = None) -> dict[str, Any]:
     """Rescore every cut's lattice, write the CutSet with hypotheses, return a summary with WER.
 
     The lattices go through :func:`afp.jobs.rescore_all`, the job code of ``afp rescore`` (the

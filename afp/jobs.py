@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from afp.batching import DEFAULT_BATCH_PAIRS
 from lattices.diagnostics import input_warnings
 from lattices.expand import ExpansionTooLarge
 from lattices.formats import read_lattice_file, read_lattices, write_lattices
@@ -155,7 +156,7 @@ class Failure:
 def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: RescoreOptions,
                 device: str | None = None, progress: bool | None = None, old_lm: ContextScorer | None = None,
                 warn: Callable[[str], None] | None = None, workers: int = 1,
-                batch_pairs: int = 262_144,
+                batch_pairs: int = DEFAULT_BATCH_PAIRS,
                 features: Mapping[str, WindowScorer] | None = None) -> Iterator[list[RescoreResult] | Failure]:
     """Rescore lattice after lattice (one result per LM weight each), in input order, with a
     progress bar. A lattice that cannot be rescored yields a :class:`Failure` and the job goes on.

@@ -57,7 +57,7 @@ from collections.abc import Callable
 
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.rescore import DEFAULT_LM_WEIGHT, RescoreResult
-from lattices.times import NoWordTimes, path_word_times
+from lattices.times import DEFAULT_FRAME_SHIFT, NoWordTimes, path_word_times
 from lattices.formats import output_format
 from afp.jobs import Failure, write_rescored
 from afp.wspec import ByteStream, OutputError, WriteSpec
@@ -93,7 +93,7 @@ def nbest_text_lines(result: RescoreResult) -> list[str]:
     return [transcript_line(f"{result.key}-{i}", h.words) for i, h in enumerate(result.nbest, 1)]
 
 
-def ctm_lines(result: RescoreResult, frame_shift: float = 0.01) -> list[str]:
+def ctm_lines(result: RescoreResult, frame_shift: float = DEFAULT_FRAME_SHIFT) -> list[str]:
     """``KEY 1 START DURATION WORD [CONFIDENCE]`` per word of ``result.best``; the confidence is
     the word's posterior when the result has posteriors. Raises
     :class:`~lattices.times.NoWordTimes` when the lattice has no word times."""
@@ -149,7 +149,7 @@ class NbestTextWriter(_LineWriter):
 class CtmWriter(_LineWriter):
     """``--ctm``: :func:`ctm_lines` of the (only) LM weight."""
 
-    def __init__(self, spec: WriteSpec, frame_shift: float = 0.01) -> None:
+    def __init__(self, spec: WriteSpec, frame_shift: float = DEFAULT_FRAME_SHIFT) -> None:
         super().__init__(spec)
         self.frame_shift = frame_shift
 
@@ -307,7 +307,7 @@ class OutputOptions:
     nbest_text: str | None = None
     text_dir: str | None = None
     ctm: str | None = None
-    frame_shift: float = 0.01
+    frame_shift: float = DEFAULT_FRAME_SHIFT
     json: bool = False
     show_first_pass: bool = False
 

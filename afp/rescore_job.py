@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.jobs import Failure
 from afp.outputs import JobOutputs, OutputOptions
 from afp.scoring import ModelSpec
@@ -34,8 +35,6 @@ __all__ = ["OPTION_NAMES", "LoadedSetup", "RescoreJob", "RescoreSetup", "Rescore
 OPTION_NAMES = ("lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "target_arcs",
                 "prune_beam", "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode",
                 "mbr_nbest", "mbr_scale", "determinize", "determinize_beam")
-#: the weight options a weights file sets (given beside ``--weights``, they are an error)
-_WEIGHT_FLAGS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty", "score_weights", "decode")
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class RescoreSetup:
         own unknown-word penalty. Raises :class:`afp.options.OptionsError` (a ``ValueError``)
         naming the options at fault."""
         from afp.options import OptionsError, build_options
-        from afp.weights import TunedWeights
+        from afp.weights import SETS, TunedWeights
 
         given = {name: self.options.get(name) for name in OPTION_NAMES}
         given["return_lattice"] = return_lattice
@@ -85,7 +84,7 @@ class RescoreSetup:
             return build_options(given, weights=weights, unk_default=unk_default)
         except OptionsError as err:
             if weights is not None:
-                flags = [f"--{name.replace('_', '-')}" for name in _WEIGHT_FLAGS if self.options.get(name) is not None]
+                flags = [f"--{name.replace('_', '-')}" for name in SETS if self.options.get(name) is not None]
                 raise OptionsError(f"--weights {self.weights} sets the weights: give it or {', '.join(flags)}, "
                                    "not both", err.field) from None
             raise
@@ -119,7 +118,7 @@ class RescoreJob:
     shard: str | None = None
     outputs: OutputOptions = field(default_factory=OutputOptions)
     workers: int = 1
-    batch_pairs: int = 262_144
+    batch_pairs: int = DEFAULT_BATCH_PAIRS
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ class LoadedSetup:
         self.untuned = setup.untuned  # the untuned-weights warning is still to be given
 
     def rescore_into(self, lattices: Iterator[Lattice], outputs: JobOutputs, workers: int = 1,
-                     batch_pairs: int = 262_144, warn: Callable[[str], None] | None = None,
+                     batch_pairs: int = DEFAULT_BATCH_PAIRS, warn: Callable[[str], None] | None = None,
                      on_failure: Callable[[Failure], None] | None = None) -> RescoreSummary:
         """Rescore ``lattices`` and write each one's results to the open ``outputs``; a lattice that
         cannot be rescored or written is reported to ``outputs`` and ``on_failure``, and the rest
@@ -208,7 +207,7 @@ def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
     return summary
 
 
-def run_rescore_cuts_job(setup: RescoreSetup, cuts: str, out: str, workers: int = 1, batch_pairs: int = 262_144,
+def run_rescore_cuts_job(setup: RescoreSetup, cuts: str, out: str, workers: int = 1, batch_pairs: int = DEFAULT_BATCH_PAIRS,
                          warn: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Rescore the lattices a lhotse CutSet names and write it with hypotheses
     (:func:`afp.cuts.rescore_cuts`); the summary ``afp rescore-cuts`` prints (``failed``: cuts

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from afp.batching import DEFAULT_BATCH_PAIRS
 from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, bundled_afp, environment, write_json
 
 NBEST = SHARED_DATA / "nbest" / "librispeech-espnet"
@@ -108,7 +109,7 @@ def main() -> None:
                         help="output-layer precisions to measure (bf16 is emulated, slow, on most CPUs)")
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 8],
                         help="lattices in flight in the merged modes (one mode each)")
-    parser.add_argument("--batch-pairs", type=int, default=262_144, help="largest merged model call (pairs)")
+    parser.add_argument("--batch-pairs", type=int, default=DEFAULT_BATCH_PAIRS, help="largest merged model call (pairs)")
     parser.add_argument("--limit", type=int, help="utterances per LibriSpeech set (default: all)")
     parser.add_argument("--warmup", type=int, default=20, help="lattices rescored before timing each mode")
     parser.add_argument("--out", type=Path)

@@ -32,6 +32,9 @@ from collections.abc import Sequence
 
 from lattices.lattice import Lattice
 
+#: seconds per Kaldi frame (``--frame-shift``): 0.01 for most models
+DEFAULT_FRAME_SHIFT = 0.01
+
 __all__ = ["NoWordTimes", "path_word_times"]
 
 
@@ -40,7 +43,7 @@ class NoWordTimes(ValueError):
 
 
 def path_word_times(lattice: Lattice, path: Sequence[int], word_arcs: Sequence[int],
-                    frame_shift: float = 0.01) -> list[tuple[float, float]]:
+                    frame_shift: float = DEFAULT_FRAME_SHIFT) -> list[tuple[float, float]]:
     """``(start, duration)`` in seconds of each arc of ``word_arcs`` (in their order), which lie on
     ``path`` (every arc of a start-to-final path, in order, as :class:`~lattices.rescore.Hypothesis`
     gives them). Raises :class:`NoWordTimes` when the lattice has no times, when a word's node

@@ -374,8 +374,11 @@ def _target_arcs(text: str) -> int:
 
 
 def _add_rescore_options(p: argparse.ArgumentParser) -> None:
+    from lattices.rescore import RescoreOptions
+
     _add_common_scoring_options(p)
-    p.add_argument("--nbest", type=int, default=1, help="distinct word sequences to return (default 1)")
+    nbest = RescoreOptions.__dataclass_fields__["nbest"].default
+    p.add_argument("--nbest", type=int, default=nbest, help=f"distinct word sequences to return (default {nbest})")
     p.add_argument("--lm-weight", type=float, action="append",
                    help="weight of the new LM (repeat to evaluate several in one pass; untuned default: a quarter "
                         "of the old LM's weight)")
@@ -398,8 +401,11 @@ def _add_workers(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=_positive, default=1, metavar="N",
                    help="rescore N lattices at a time, their LM scoring merged into one model call (worth it on "
                         "a GPU); results stay in input order (default 1)")
-    p.add_argument("--batch-pairs", type=_positive, default=262_144, metavar="N",
-                   help="with --workers: the most (context, word) pairs of one merged model call (default 262144)")
+    from afp.batching import DEFAULT_BATCH_PAIRS
+
+    p.add_argument("--batch-pairs", type=_positive, default=DEFAULT_BATCH_PAIRS, metavar="N",
+                   help="with --workers: the most (context, word) pairs of one merged model call "
+                        f"(default {DEFAULT_BATCH_PAIRS})")
 
 
 def _add_corpus_options(p: argparse.ArgumentParser) -> None:
@@ -434,6 +440,8 @@ def _add_corpus_options(p: argparse.ArgumentParser) -> None:
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     """``afp rescore``'s outputs (written by :mod:`afp.outputs`; targets: :mod:`afp.wspec`)."""
+    from lattices.times import DEFAULT_FRAME_SHIFT
+
     g = p.add_argument_group(
         "outputs", "TARGET: a file (a name ending in .gz is gzipped), '-' (standard output: the transcript lines "
                    "are then left out), or a shell command '| gzip -c > x.gz' (its exit status is checked). "
@@ -452,8 +460,9 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
                    help="'KEY 1 START DURATION WORD [POSTERIOR]' per best-path word (one --lm-weight); times from "
                         "HTK node times or Kaldi transition ids (exact for word-aligned lattices: "
                         "lattice-align-words); the posterior with --posteriors")
-    g.add_argument("--frame-shift", type=float, default=0.01, metavar="SECONDS",
-                   help="seconds per Kaldi frame, for --ctm (default 0.01; chain models, frame subsampling 3: 0.03)")
+    g.add_argument("--frame-shift", type=float, default=DEFAULT_FRAME_SHIFT, metavar="SECONDS",
+                   help=f"seconds per Kaldi frame, for --ctm (default {DEFAULT_FRAME_SHIFT:g}; chain models, frame "
+                        "subsampling 3: 0.03)")
 
 
 def _int_list(text: str) -> tuple[int, ...]:

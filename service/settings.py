@@ -43,6 +43,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.defaults import default_model_dir
 from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, NO_TARGET
 
@@ -79,7 +80,7 @@ class Settings(BaseSettings):
 
     batching: bool | None = None
     batch_max_wait_ms: float = Field(default=2.0, ge=0)
-    batch_max_pairs: int = Field(default=262_144, gt=0)
+    batch_max_pairs: int = Field(default=DEFAULT_BATCH_PAIRS, gt=0)
     workers: int = Field(default=4, gt=0)
 
     auth_token: str | None = None

@@ -161,9 +161,12 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
             return read_kaldi_binary(data, symbols, source, deadline, keep)
         return read_kaldi(_decode(data, source), symbols, source, deadline, keep, on_error)
     if fmt == "htk":
-        from lattices.formats.htk import read_htk
+        from lattices.formats.htk import read_htk, written_by_pocketsphinx
 
-        return [read_htk(_decode(data, source), source)]  # PocketSphinx's header comment: as "pocketsphinx"
+        text = _decode(data, source)
+        if not written_by_pocketsphinx(text):
+            return [read_htk(text, source)]
+        fmt = "pocketsphinx"  # its writer says what its node words and a= mean, and that is not HTK's meaning
     if fmt == "pocketsphinx":
         from lattices.formats.pocketsphinx import read_pocketsphinx
 

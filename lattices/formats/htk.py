@@ -187,15 +187,11 @@ class SlfRecords(NamedTuple):
 def read_htk(text: str, source: str | None = None) -> Lattice:
     """Parse one HTK SLF lattice (see the module docstring); raise LatticeFormatError if malformed.
 
-    A text that starts with PocketSphinx's header comment (:func:`written_by_pocketsphinx`) is
-    read by :func:`lattices.formats.pocketsphinx.read_pocketsphinx`: its writer says what its
-    node words and ``a=`` mean, and that is not HTK's meaning."""
+    PocketSphinx's files (:func:`written_by_pocketsphinx`) mean other things by their node words
+    and ``a=``: :func:`lattices.formats.read_lattices` hands them to
+    :func:`lattices.formats.pocketsphinx.read_pocketsphinx`, even when asked for ``htk``."""
     if not isinstance(text, str):
         raise LatticeFormatError(f"expected text, got {type(text).__name__}", source=source)
-    if written_by_pocketsphinx(text):
-        from lattices.formats.pocketsphinx import read_pocketsphinx
-
-        return read_pocketsphinx(text, source)
     slf = parse_slf(text, source)
     meta, log_base = slf_meta(slf)
     check_slf_ids(slf)
