@@ -301,3 +301,22 @@ def test_rho_sweep_section_has_a_row_per_model_and_target(tmp_path):
     assert "(rho 2, 1,000 steps, best books/ valid ppl 250.50); rho4 `runs/rho-finetune/rho4` (rho 4, 500 steps," \
         in text
     assert "(109,652 steps) for the steps shown, so they differ only in rho." in text
+
+
+def test_corpus_rescore_section_renders_every_system(tmp_path):
+    row = {"lattices": 800, "failed": 0, "peak_rss_mib_per_worker": 700.5, "ray_overhead_s_per_input": None}
+    _write(tmp_path / "corpus_rescore.json", {
+        "command": "python -m bench.corpus_rescore", "sets": ["runs/pocketsphinx/dev_clean"], "model": "models/librispeech",
+        "inputs": 16, "lattices": 800, "note": "quiet", "environment": {"machine": "Xeon", "cpu_count": 2, "torch": "2.x"},
+        "systems": [{**row, "system": "one", "wall_s": 400.0, "lattices_per_s": 2.0, "speedup_over_one": 1.0},
+                    {**row, "system": "ray2", "wall_s": 210.5, "lattices_per_s": 3.8, "speedup_over_one": 1.9,
+                     "ray_overhead_s_per_input": 0.012, "equal_to_one": {"same": True}},
+                    {**row, "system": "killed", "wall_s": 430.0, "lattices_per_s": 1.86, "speedup_over_one": 0.93,
+                     "killed_after_s": 200.0, "inputs_done_when_killed": 8, "resume_s": 230.0,
+                     "equal_to_one": {"same": False, "difference": "lat.1.jsonl: x"}}]})
+    text = render(tmp_path)
+    assert "800 lattices of runs/pocketsphinx/dev_clean as 16 inputs, model `models/librispeech`" in text
+    assert "| one | 400.00 | 2.00 | 1.00 | 700.50 | - | 0 | - |  |" in text
+    assert "| ray2 | 210.50 | 3.80 | 1.90 | 700.50 | 0.01 | 0 | yes |  |" in text
+    assert ("| killed | 430.00 | 1.86 | 0.93 | 700.50 | - | 0 | NO: lat.1.jsonl: x | killed after 200.0 s (8 inputs "
+            "done), resumed in 230.0 s |") in text

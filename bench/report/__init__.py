@@ -25,8 +25,8 @@ from bench.report.espnet import acausal, tune_transfer, untuned_defaults, wer, w
 from bench.report.ngrams import bundled_mixtures, ngrams
 from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_speed, \
     pocketsphinx_wer_table, rho_sweep
-from bench.report.rescoring import hard_inputs, load_test, long_lattices, merged_rescoring, rescoring, \
-    sentence_scoring
+from bench.report.rescoring import corpus_rescore, hard_inputs, load_test, long_lattices, merged_rescoring, \
+    rescoring, sentence_scoring
 from bench.report.training import bundled, conversational, epoch_timing, reproduction, softmax_wikitext, \
     train_scale, train_throughput
 
@@ -37,7 +37,7 @@ SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_thro
                                  long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load_test, wer,
                                  tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
                                  conversational, pocketsphinx_sets, pocketsphinx_rescore, pocketsphinx_speed,
-                                 pocketsphinx_wer_table, rho_sweep)
+                                 pocketsphinx_wer_table, rho_sweep, corpus_rescore)
 
 
 def render(results: Path = RESULTS) -> str:

@@ -148,3 +148,31 @@ def load_test(results: Path) -> list[str]:
                   *table(["connections", "req/s batching", "req/s no batching", "p50/p95/p99 s batching",
                           "p50/p95/p99 s no batching", "errors"], rows)]
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
+
+
+def corpus_rescore(results: Path) -> list[str]:
+    """``corpus_rescore.json``: a corpus job in each form (one process, threads, ``--job`` x2,
+    Ray, killed and resumed): wall time, lattices/s, speed-up over one process, peak memory per
+    worker, Ray's overhead per input, and whether the results equal one process's; nothing when absent."""
+    data = load_json(results / "corpus_rescore.json")
+    lines = ["## Rescoring a corpus (`python -m bench.corpus_rescore`)", ""]
+    if not data:
+        return []
+    rows = []
+    for row in data["systems"]:
+        equal = row.get("equal_to_one")
+        same = "-" if equal is None else ("yes" if equal["same"] else f"NO: {equal['difference']}")
+        overhead = row.get("ray_overhead_s_per_input")
+        killed = (f"killed after {row['killed_after_s']} s ({row['inputs_done_when_killed']} inputs done), "
+                  f"resumed in {row['resume_s']} s" if "killed_after_s" in row else "")
+        rows.append([row["system"], row["wall_s"], row["lattices_per_s"], row["speedup_over_one"],
+                     row["peak_rss_mib_per_worker"], "-" if overhead is None else overhead, row["failed"], same,
+                     killed])
+    env = data["environment"]
+    lines += [f"`{data['command']}` on {env.get('machine', env.get('cpu'))} ({env.get('cpu_count')} cores), torch "
+              f"{env.get('torch')}: {data['lattices']} lattices of {', '.join(data['sets'])} as {data['inputs']} "
+              f"inputs, model `{data['model']}`, one torch thread per process; wall seconds from process start to "
+              f"end (model loading included). {data.get('note', '')}".rstrip(), "",
+              *table(["system", "wall s", "lattices/s", "speed-up over one", "peak MiB per worker",
+                      "Ray overhead s/input", "failed", "equal to one", "kill and resume"], rows)]
+    return lines
