@@ -4,7 +4,7 @@
   python -m bench.report --check  # exit 1 when the README is out of date with the JSON
 
 Every table names the device and the command that measured it; a benchmark whose JSON is
-absent is listed as not run, except training throughput, training at scale and long lattices
+absent is listed as not run, except training throughput, training at scale and a corpus job
 (run by hand on demand), whose sections appear only once their JSON exists. Incomplete training
 runs are marked with their epoch count.
 
@@ -25,8 +25,7 @@ from bench.report.espnet import acausal, tune_transfer, untuned_defaults, wer, w
 from bench.report.ngrams import bundled_mixtures, ngrams
 from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_speed, \
     pocketsphinx_wer_table, rho_sweep
-from bench.report.rescoring import corpus_rescore, hard_inputs, load_test, long_lattices, merged_rescoring, \
-    rescoring, sentence_scoring
+from bench.report.rescoring import corpus_rescore, load_test, merged_rescoring, rescoring
 from bench.report.training import bundled, conversational, epoch_timing, reproduction, softmax_wikitext, \
     train_scale, train_throughput
 
@@ -34,7 +33,7 @@ __all__ = ["SECTIONS", "Section", "main", "render"]
 
 SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
                                  softmax_wikitext, rescoring,
-                                 long_lattices, hard_inputs, merged_rescoring, sentence_scoring, load_test, wer,
+                                 merged_rescoring, load_test, wer,
                                  tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
                                  conversational, pocketsphinx_sets, pocketsphinx_rescore, pocketsphinx_speed,
                                  pocketsphinx_wer_table, rho_sweep, corpus_rescore)

@@ -9,7 +9,7 @@ from bench.report.common import load_json, table
 
 
 def ngrams(results: Path) -> list[str]:
-    """``ngram_build.json`` and ``ngram_store.json``."""
+    """``ngram_build.json``."""
     lines = []
     build = load_json(results / "ngram_build.json")
     if build:
@@ -30,14 +30,6 @@ def ngrams(results: Path) -> list[str]:
                   "last column: scoring alone on one shared expansion.", "",
                   *table(["inputs", "AFP model", "AFP total s", "expand", "score", "search", "4-gram total s",
                           "AFP / 4-gram", "scoring only, same expansion", "mixture total s (/ AFP)"], rows)]
-    store = load_json(results / "ngram_store.json")
-    if store:
-        rows = [[r["reader"], f"{r['load_s']:.1f}", f"{r['peak_rss_mib']:.0f}", f"{r['lookups_per_s']:,.0f}",
-                 f"{r['logprob']:.2f}"] for r in store["rows"] if "error" not in r]
-        lines += ["## ARPA readers side by side (`python -m bench.ngram_store`)", "",
-                  f"`{store['command']}`: {sum(store['ngrams'] or [])} n-grams; each reader in its own process, one "
-                  "thread. kenlm is a benchmark reference only (built from source), never a dependency.", "",
-                  *table(["reader", "load s", "peak MiB", "lookups/s", "log-probability"], rows)]
     return lines
 
 

@@ -1,5 +1,5 @@
-"""Sections on rescoring speed: real AMI lattices against n-best and Kaldi-style rescoring, long
-lattices, hard inputs, merged model calls, sentence scoring and the HTTP load test."""
+"""Sections on rescoring speed: real AMI lattices against n-best and Kaldi-style rescoring, merged
+model calls, the HTTP load test and a corpus job."""
 
 from __future__ import annotations
 
@@ -38,52 +38,6 @@ def rescoring(results: Path) -> list[str]:
     return lines if len(lines) > 2 else [*lines, "Not run yet.", ""]
 
 
-def long_lattices(results: Path) -> list[str]:
-    """``long_lattices.json``: parse and rescore time and peak memory per case, against the
-    baseline commit's code where it ran; nothing when absent."""
-    data = load_json(results / "long_lattices.json")
-    if not data:
-        return []
-    rows = []
-    for row in data["rows"]:
-        now, base = row["current"], row.get("baseline")
-        rows.append([row["case"], f"{now['arcs']:,}", f"{now['levels']:,}", now["parse_s"], now["rescore_s"],
-                     now["total_s"], now["peak_rss_mb"], *((base["total_s"], row["speedup"], base["peak_rss_mb"],
-                                                            row["memory_ratio"]) if base else ("-",) * 4)])
-    env = data.get("environment", {})
-    return ["## Long lattices: parse and rescore time and peak memory (`python -m bench.long_lattices`)", "",
-            f"`{data['command']}`: CPU, {data['threads']} torch threads per case, torch {env.get('torch', '?')}; "
-            f"model `{data['model']}`; every case in a fresh process; the baseline is the code of "
-            f"`{data['baseline_ref']}` (ratios baseline / current: above 1, the current code is faster or smaller).",
-            "", *table(["case", "arcs", "levels", "parse s", "rescore s", "total s", "peak RSS MB",
-                        "baseline total s", "speed-up", "baseline peak RSS MB", "memory ratio"], rows)]
-
-
-def hard_inputs(results: Path) -> list[str]:
-    """``hard_inputs.json``: time of the inputs that took the engine out of its budget, against
-    the baseline commit's code; nothing when absent."""
-    data = load_json(results / "hard_inputs.json")
-    if not data:
-        return []
-    rows = []
-    for row in data["rows"]:
-        now, base = row["current"], row.get("baseline", {})
-        base_cell = (f"stopped after {base['timed_out']:g} s" if "timed_out" in base
-                     else base.get("total_s", "-"))
-        rows.append([row["case"], now["lattices"], f"{now['symbols']:,}" if now.get("symbols") else "-",
-                     now["total_s"], now["per_lattice_s"], now["peak_rss_mb"], base_cell,
-                     ratio_cell(row.get("speedup")), base.get("peak_rss_mb", "-"),
-                     {True: "yes", False: "no"}.get(row.get("same_best"), "-")
-                     + (f" ({row['ties']} of equal score)" if row.get("ties") else "")])
-    env = data.get("environment", {})
-    return ["## Inputs that took the engine out of its budget (`python -m bench.hard_inputs`)", "",
-            f"`{data['command']}`: CPU, {data['threads']} torch thread per case, torch {env.get('torch', '?')}; "
-            f"model `{data['model']}`; every case in a fresh process, parse and rescore; the baseline is the code "
-            f"of `{data['baseline_ref']}` (main before this work).", "",
-            *table(["case", "lattices", "symbols", "total s", "s per lattice", "peak RSS MB", "baseline total s",
-                    "speed-up", "baseline peak RSS MB", "same best paths"], rows)]
-
-
 def merged_rescoring(results: Path) -> list[str]:
     """``merged_rescoring_<device>.json``: lattices/s and contexts/s, one model call per lattice
     against merged calls, per set and output-layer precision; nothing when absent."""
@@ -111,23 +65,6 @@ def merged_rescoring(results: Path) -> list[str]:
                   "(float32) or, for `vs fp32` rows, with the float32 output layer", "",
                   *table(["set", "lattices", "output layer", "mode", "model calls", "lattices/s", "contexts/s",
                           "x per lattice", "same best words", "max abs LM diff"], rows)]
-    return lines if len(lines) > 2 else []
-
-
-def sentence_scoring(results: Path) -> list[str]:
-    """``sentence_scoring_<device>.json``: the shared-context sentence scoring of afp ppl/score
-    against the sentence forward pass; nothing when absent."""
-    lines = ["## Sentence scoring: shared contexts against the sentence forward pass "
-             "(`python -m bench.sentence_scoring`)", ""]
-    for device, data in device_files(results, "sentence_scoring"):
-        rows = [[r["set"], r["model"], f"{r['sentences']:,}", f"{r['tokens']:,}",
-                 f"{r['shared']['tokens_per_s']:,.0f}", f"{r['forward']['tokens_per_s']:,.0f}",
-                 ratio_cell(r["speedup"]), f"{r['shared']['ppl']:.3f}", f"{r['forward']['ppl']:.3f}",
-                 f"{r['max_sentence_logprob_diff']:.1e}"] for r in data["results"]]
-        lines += [f"### {device}: {where(data)}; `{data['command']}`, {data['results'][0]['threads']} torch "
-                  "thread(s), fp32", "",
-                  *table(["set", "model", "sentences", "tokens", "shared tokens/s", "forward tokens/s", "speed-up",
-                          "ppl shared", "ppl forward", "max sentence diff"], rows)]
     return lines if len(lines) > 2 else []
 
 
