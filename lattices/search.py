@@ -172,29 +172,54 @@ class Dag:
             state = int(src[arcs[-1]])
         return float(ends[top]), torch.tensor(arcs[::-1], dtype=torch.int64)
 
+    @_graph_cached
+    def _into_state_runs(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per level of destinations: its arc ids sorted by destination (arc id order within
+        one), their sources, where each destination's run starts, the runs' lengths, the
+        destinations and the arcs' positions ``(n, 1)``: a level's maxima are then one
+        ``reduceat`` per level (:meth:`best_paths`)."""
+        order, offsets = self._by_dst_level
+        src, dst = self._arrays
+        runs = []
+        for i in range(len(offsets) - 1):
+            arcs = order[offsets[i]:offsets[i + 1]]
+            arcs = arcs[np.argsort(dst[arcs], kind="stable")]
+            into = dst[arcs]
+            new = np.ones(len(arcs), dtype=bool)
+            new[1:] = into[1:] != into[:-1]
+            starts = np.flatnonzero(new)
+            lengths = np.diff(np.append(starts, len(arcs)))
+            runs.append((arcs, src[arcs], starts, lengths, into[starts], np.arange(len(arcs))[:, None]))
+        return runs
+
     def best_paths(self, score: np.ndarray, final_score: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """The best complete path under each of ``T`` score settings at once: column ``t`` of
         ``score`` (float64 ``(X, T)``) and ``final_score`` (``(G, T)``) are one setting's arc and
         final scores (this Dag's own are not used). Returns float64 ``(T,)`` best totals and, per
         column, the path's arc ids (int64, path order): the path :meth:`best_path` returns under
         that column's scores (a state's ties to its lowest incoming arc id, the first of equal
-        final states), in one level sweep for all columns. Raises ``ValueError`` when no final
-        state is reachable."""
-        order, offsets = self._by_dst_level
-        src, dst = self._arrays
+        final states), in one level sweep for all columns (a ``reduceat`` per level: every arc
+        into a state is in that state's level; the deadline is checked once, before it). Raises
+        ``ValueError`` when no final state is reachable."""
+        src = self._arrays[0]
         columns = score.shape[1]
-        frm, to, ordered = src[order], dst[order], score[order]
         alpha = np.full((self.num_states, columns), NEG_INF)
         alpha[self.start] = 0.0
         none = src.shape[0]
         back = np.full((self.num_states, columns), none, dtype=np.int64)
-        for i in range(len(offsets) - 1):
+        if self.deadline is not None:
             check_deadline(self.deadline)
-            part = slice(offsets[i], offsets[i + 1])
-            into, cand = to[part], alpha[frm[part]] + ordered[part]
-            np.maximum.at(alpha, into, cand)
-            rows, cols = np.nonzero((cand == alpha[into]) & (cand > NEG_INF))
-            np.minimum.at(back, (into[rows], cols), order[part][rows])
+        for arcs, frm, starts, lengths, states, positions in self._into_state_runs:
+            cand = alpha[frm]
+            cand += score[arcs]
+            best = np.maximum.reduceat(cand, starts, axis=0)
+            alpha[states] = best
+            count = len(arcs)
+            position = np.where(cand == np.repeat(best, lengths, axis=0), positions, count)
+            first = np.minimum.reduceat(position, starts, axis=0)
+            chosen = arcs[np.minimum(first, count - 1)]
+            chosen[best == NEG_INF] = none  # not reached in this column: no back-pointer
+            back[states] = chosen
         finals = self.finals.cpu().numpy()
         ends = alpha[finals] + final_score
         if not bool((ends > NEG_INF).any(axis=0).all()):
