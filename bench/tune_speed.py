@@ -98,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         subprocess.run(["git", "checkout", "--detach", args.before], cwd=before, check=True, capture_output=True)
     model = args.model.resolve()
     record: dict[str, Any] = {"command": "python -m bench.tune_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
-                              "model": str(args.model), "limit": args.limit, "before": args.before,
+                              "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT)
+                                           else args.model), "limit": args.limit, "before": args.before,
                               "environment": environment(), "note": args.note, "sets": {}}
     for index, set_dir in enumerate(args.sets):
         other = args.sets[1 - index]

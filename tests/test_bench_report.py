@@ -301,3 +301,19 @@ def test_corpus_rescore_section_renders_every_system(tmp_path):
     assert "| ray2 | 210.50 | 3.80 | 1.90 | 700.50 | 0.01 | 0 | yes |  |" in text
     assert ("| killed | 430.00 | 1.86 | 0.93 | 700.50 | - | 0 | NO: lat.1.jsonl: x | killed after 200.0 s (8 inputs "
             "done), resumed in 230.0 s |") in text
+
+
+def test_tune_speed_section_has_a_row_per_search_and_its_ratio_to_rescoring(tmp_path):
+    run = {"wall_s": 100.0, "search_s": 80.0, "line_searches": 40, "tuned_wer": 20.0, "cross_validated_wer": 21.5}
+    _write(tmp_path / "tune_speed.json", {
+        "command": "python -m bench.tune_speed", "model": "models/librispeech", "limit": 100, "before": "abc1234",
+        "environment": {"torch": "2.x"}, "note": "",
+        "sets": {"dev_clean": {"rescore_same": {"wall_s": 50.0, "wer": 20.5},
+                               "rescore_held_out": {"set": "dev_other", "wall_s": 40.0, "wer": 18.25},
+                               "tune": run, "before": {**run, "wall_s": 600.0, "tuned_wer": 20.5,
+                                                       "held_out": {"wall_s": 40.0, "wer": 18.0}},
+                               "study": {"restarts 0, folds 1": {**run, "wall_s": 45.0, "cross_validated_wer": None}}}}})
+    text = render(tmp_path)
+    assert "| dev_clean | before (abc1234) | 600.00 | 80.00 | 40 | 12.00 | 20.50 | 21.50 | 18.00 |" in text
+    assert "| dev_clean | after: restarts 3, folds 5 (defaults) | 100.00 | 80.00 | 40 | 2.00 | 20.00 | 21.50 | 18.25 |" in text
+    assert "| dev_clean | restarts 0, folds 1 | 45.00 | 80.00 | 40 | 0.90 | 20.00 | - | - |" in text

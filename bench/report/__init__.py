@@ -4,7 +4,7 @@
   python -m bench.report --check  # exit 1 when the README is out of date with the JSON
 
 Every table names the device and the command that measured it; a benchmark whose JSON is
-absent is listed as not run, except training throughput, training at scale and a corpus job
+absent is listed as not run, except training throughput, training at scale, tuning speed and a corpus job
 (run by hand on demand), whose sections appear only once their JSON exists. Incomplete training
 runs are marked with their epoch count.
 
@@ -24,7 +24,7 @@ from bench.report.common import Section
 from bench.report.espnet import acausal, tune_transfer, untuned_defaults, wer, wer_models
 from bench.report.ngrams import bundled_mixtures, ngrams
 from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_speed, \
-    pocketsphinx_wer_table, rho_sweep
+    pocketsphinx_wer_table, rho_sweep, tune_speed
 from bench.report.rescoring import corpus_rescore, load_test, merged_rescoring, rescoring
 from bench.report.training import bundled, conversational, epoch_timing, reproduction, softmax_wikitext, \
     train_scale, train_throughput
@@ -36,7 +36,7 @@ SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_thro
                                  merged_rescoring, load_test, wer,
                                  tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
                                  conversational, pocketsphinx_sets, pocketsphinx_rescore, pocketsphinx_speed,
-                                 pocketsphinx_wer_table, rho_sweep, corpus_rescore)
+                                 pocketsphinx_wer_table, rho_sweep, tune_speed, corpus_rescore)
 
 
 def render(results: Path = RESULTS) -> str:

@@ -227,3 +227,33 @@ def rho_sweep(results: Path) -> list[str]:
             + "".join(f" {note}" for note in data.get("notes", [])), "",
             *table(["model", "rho", "Portrait ppl", "target arcs", "expanded arcs/utt", "oracle WER kept",
                     *(f"WER {d}" for d in directions), "WER both", "decoder WER both", "RTF", "peak MiB"], rows)]
+
+
+def tune_speed(results: Path) -> list[str]:
+    """``tune_speed.json``: ``afp tune`` against ``afp rescore --weights`` on the same lattices,
+    before and after a change, and what the restarts and folds buy; nothing when absent."""
+    data = load_json(results / "tune_speed.json")
+    if not data:
+        return []
+    rows = []
+    for name, entry in data["sets"].items():
+        rescore = entry["rescore_same"]["wall_s"]
+        runs = [("before" + (f" ({data['before']})" if data.get("before") else ""), entry.get("before")),
+                ("after: restarts 3, folds 5 (defaults)", entry["tune"]), *(entry.get("study") or {}).items()]
+        for label, run in runs:
+            if not run:
+                continue
+            cv = run.get("cross_validated_wer")
+            held = (run.get("held_out") or (entry["rescore_held_out"] if run is entry["tune"] else None) or {}).get("wer")
+            rows.append([name, label, run["wall_s"], run["search_s"], run["line_searches"],
+                         round(run["wall_s"] / rescore, 2), f"{run['tuned_wer']:.2f}", "-" if cv is None else f"{cv:.2f}",
+                         "-" if held is None else f"{held:.2f}"])
+    env = data.get("environment", {})
+    return ["## Tuning time against rescoring time (`python -m bench.tune_speed`)", "",
+            f"`{data['command']}`: CPU, torch {env.get('torch', '?')}, one thread, model `{data['model']}`, the first "
+            f"{data['limit']} lattices of each PocketSphinx set. Wall seconds include loading and scoring; search "
+            f"seconds are the joint search alone (line searches: the main search's, the folds run as many again each). "
+            f"Tune / rescore: over `afp rescore --weights` on the same lattices (aim: at most 1.5). Held-out: the "
+            f"saved weights applied to the other set's lattices. {data.get('note', '')}".rstrip(), "",
+            *table(["set", "search", "wall s", "search s", "line searches", "tune / rescore", "tuned WER",
+                    "cross-validated WER", "held-out WER"], rows)]

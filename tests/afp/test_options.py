@@ -32,6 +32,37 @@ def test_nothing_given_is_the_documented_defaults():
     assert options.match_case and options.nbest == 1 and options.decode == "viterbi"
 
 
+@pytest.mark.parametrize("command", ["rescore", "tune", "rescore-cuts"])
+def test_the_command_line_without_flags_gives_the_builders_defaults(command):
+    """Each command's flags left at their argparse defaults add nothing of their own: its options
+    are the builder's with nothing given (the model's unknown-word penalty filled in)."""
+    from service.cli import _setup, build_parser
+
+    argv = {"rescore": ["rescore", "x.lat"], "tune": ["tune", "--refs", "r.trn", "x.lat"],
+            "rescore-cuts": ["rescore-cuts", "--cuts", "c.jsonl", "--out", "o.jsonl"]}[command]
+    args = build_parser().parse_args(argv)
+    assert _setup(args).rescore_options(-2.5) == build_options({}, unk_default=-2.5)
+
+
+def test_an_http_request_without_options_gives_the_builders_defaults():
+    """POST /v1/rescore with no option field: the builder's defaults, with the server's budgets."""
+    from service.engine import options_for
+    from service.schemas import RescoreRequest
+    from service.settings import Settings
+
+    settings = Settings()
+    got = options_for(RescoreRequest(lattice=LATTICE), settings, unk_default=-2.5)
+    assert got == build_options({"max_arcs": settings.max_expanded_arcs, "target_arcs": settings.target_expanded_arcs},
+                                unk_default=-2.5)
+    assert got.lm_weights is None and got.old_lm_weight is None and got.unk_penalty == -2.5
+
+
+def test_the_python_api_without_options_gives_the_builders_defaults():
+    import afp
+
+    assert afp.rescore_options() == build_options({})
+
+
 def test_the_untuned_default_resolves_to_a_quarter_of_the_old_lm_weight():
     """On a lattice (no recogniser weights in the input) the old LM is kept at 1 and the new LM
     weighs DEFAULT_LM_WEIGHT = 0.25; an n-best list's recovered weight is covered by the parity test."""
