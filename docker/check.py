@@ -207,8 +207,9 @@ def ensure_base(engine: Engine) -> None:
             shutil.rmtree(rootfs)
         rootfs.parent.mkdir(parents=True, exist_ok=True)
         try:
+            mirror = debian_mirror()  # none configured: debootstrap's own default
             run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,python-is-python3,ca-certificates",
-                 "bookworm", str(rootfs), debian_mirror()], timeout=2400)
+                 "bookworm", str(rootfs), *([mirror] if mirror else [])], timeout=2400)
             break
         except Failure as err:
             if attempt == 2:
