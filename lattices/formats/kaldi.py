@@ -202,6 +202,9 @@ def _split_archive(text: str, source: str | None) -> list[tuple[str, int, Lines]
                 raise Where(source).error("expected a lattice key (the utterance id on a line of its own), got an "
                                           "arc or final-state line: is the key line missing?", number, "key")
             key = line.strip(_BLANK)
+            if "\r" in key:  # a line break inside (old Mac line endings?): no key line can write it back
+                raise Where(source).error(f"key {key!r} holds a carriage return: is the file's line ending CR "
+                                          "alone? Kaldi archives end lines with LF", number, "key")
             if key in key_lines:
                 raise Where(source, key).error(f"key {key!r} was already used on line {key_lines[key]}", number, "key")
             key_lines[key] = number

@@ -573,7 +573,7 @@ def reference_kaldi(text: str, symbols: list[str] | None) -> list[dict]:
             if len(fields) > 1 and INTEGER.fullmatch(fields[0]):
                 raise Bad((number, "key"))
             key = line.strip(" \t\r")
-            if key in keys:
+            if key in keys or "\r" in key:  # a key holds no line break (it could not be written back)
                 raise Bad((number, "key"))
             keys[key] = number
             current = []
@@ -974,3 +974,12 @@ def test_fuzz_neutral_mutations_of_a_valid_archive_still_parse_the_same(ops):
         arcs = [i for i, line in enumerate(lines) if i > 1 and len(line.split()) >= 3]
         blocks.append("\n".join(neutral_mutation(lines, arcs, ops)))
     assert [canonical(lattice) for lattice in read_kaldi("\n\n".join(blocks) + "\n")] == expected
+
+
+def test_a_key_holding_a_carriage_return_is_refused_where_it_stands():
+    """The fuzzer's find: a key line ':\\r0' read as a key that no key line can write back (Kaldi
+    would read the key ':' and then '0'); it is refused, naming its line, as a file with CR-only
+    line endings would be."""
+    with pytest.raises(LatticeFormatError) as refused:
+        read_kaldi("ok\n0 1 a 1,2,\n1\n\n:\r0\n0 1 a 1,2,\n1\n", source="x.ark")
+    assert (refused.value.line, refused.value.field) == (5, "key") and "carriage return" in str(refused.value)
