@@ -190,8 +190,14 @@ class InputRescorer:
     def __init__(self, job: CorpusJob) -> None:
         from afp.rescore_job import LoadedSetup
 
+        from afp.outputs import JobOutputs
+
         self.job = job
         self.ready = LoadedSetup(job.setup, return_lattice="lattices" in job.also)
+        # outputs that cannot be written for these options (--also ctm with several LM weights...)
+        # fail the job now, not every input one by one
+        JobOutputs(self._output_options(CorpusInput("input", "input"), Path(job.out_dir)), input_format=job.format,
+                   lm_weights=self.ready.options.lm_weights, symbols=self.ready.symbols)
 
     def run(self, item: CorpusInput) -> InputOutcome:
         """Rescore ``item`` and move its files into the output directory when whole; skip it when
@@ -220,15 +226,10 @@ class InputRescorer:
     def _rescore(self, item: CorpusInput, staging: Path, warn: Callable[[str], None]
                  ) -> tuple[list[dict[str, str]], int]:
         from afp.jobs import Failure, iter_lattices
-        from afp.outputs import JobOutputs, OutputOptions
+        from afp.outputs import JobOutputs
 
         job, ready = self.job, self.ready
-        also = set(job.also)
-        options = OutputOptions(out=str(staging / _lattice_name(item)) if "lattices" in also else None,
-                                nbest_text=str(staging / "nbest.text") if "nbest-text" in also else None,
-                                text_dir=str(staging / "text") if "text" in also else None,
-                                ctm=str(staging / "ctm") if "ctm" in also else None,
-                                frame_shift=job.frame_shift, json=True)
+        options = self._output_options(item, staging)
         failures: list[dict[str, str]] = []
         keys: set[str] = set()
 
@@ -249,6 +250,18 @@ class InputRescorer:
                 ready.rescore_into(_counting(lattices, keys), outputs, job.workers, job.batch_pairs, warn=warn,
                                    on_failure=failed)
         return failures, len(keys)
+
+    def _output_options(self, item: CorpusInput, staging: Path) -> Any:
+        """The :class:`afp.outputs.OutputOptions` of an input written in ``staging``: its results as JSON
+        lines, and what ``also`` asks for."""
+        from afp.outputs import OutputOptions
+
+        also = set(self.job.also)
+        return OutputOptions(out=str(staging / _lattice_name(item)) if "lattices" in also else None,
+                             nbest_text=str(staging / "nbest.text") if "nbest-text" in also else None,
+                             text_dir=str(staging / "text") if "text" in also else None,
+                             ctm=str(staging / "ctm") if "ctm" in also else None,
+                             frame_shift=self.job.frame_shift, json=True)
 
     def _targets(self, item: CorpusInput, staging: Path) -> list[tuple[Path, str]]:
         """``(staged path, final name)`` of every file of the input, the results last."""

@@ -298,3 +298,12 @@ def test_a_ray_worker_node_killed_mid_job_loses_nothing(corpus, tmp_path, monkey
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.splitlines()[-1])["skipped"] == INPUTS, (again.stdout, again.stderr)  # no Ray cluster needed: nothing was left to do
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.jsonl")} == before
+
+
+def test_outputs_the_options_cannot_write_fail_the_job_at_once(corpus, tmp_path, capsys):
+    """--also ctm is written for one LM weight: with two, the job stops before any input, naming why."""
+    out = tmp_path / "out"
+    assert main(["rescore", "--model", str(corpus["model"]), "--out-dir", str(out), "--also", "ctm",
+                 "--lm-weight", "0.5", "--lm-weight", "1", corpus["inputs"][0]]) == 2
+    assert "--ctm is written for one LM weight, and 2 are given" in capsys.readouterr().err
+    assert not out.exists() or not list(out.glob("*.jsonl"))
