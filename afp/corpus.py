@@ -147,6 +147,12 @@ class CorpusJob:
                                       f"({item.results('.').name}); rename the input")
         return planned
 
+    def done_before(self, item: CorpusInput) -> InputOutcome | None:
+        """``item``'s outcome as its results file records it when it is done and not to be redone
+        (``force``), else None: the one test of "skip it" every engine makes."""
+        results = item.results(self.out_dir)
+        return None if self.force or not results.exists() else recorded_outcome(item, results)
+
     @property
     def summary_path(self) -> Path:
         """``DIR/summary.json``, or ``DIR/summary.JOB.json`` for one of several jobs."""
@@ -203,10 +209,10 @@ class InputRescorer:
         """Rescore ``item`` and move its files into the output directory when whole; skip it when
         its results exist (unless ``force``). Never raises for the input's sake: an input that
         cannot be read or written is a ``failed`` outcome naming the error."""
+        done = self.job.done_before(item)
+        if done is not None:
+            return done
         out_dir = Path(self.job.out_dir)
-        results = item.results(out_dir)
-        if results.exists() and not self.job.force:
-            return recorded_outcome(item, results)
         started = time.perf_counter()
         warnings: list[str] = []
         staging = out_dir / PARTIAL_DIR / f"{item.name}.{uuid.uuid4().hex[:12]}"
@@ -214,7 +220,7 @@ class InputRescorer:
             _remove_stale(out_dir / PARTIAL_DIR, item.name)
             staging.mkdir(parents=True)
             failures, lattices = self._rescore(item, staging, warnings.append)
-            _commit(staging, out_dir, item, self._targets(item, staging))
+            _commit(staging, out_dir, self._targets(item, staging))
         except Exception as err:  # noqa: BLE001 - this input fails, the job goes on and names it
             shutil.rmtree(staging, ignore_errors=True)
             return InputOutcome(item.name, item.spec, "failed", seconds=time.perf_counter() - started,
@@ -300,7 +306,7 @@ def _remove_stale(partial: Path, name: str) -> None:
                 shutil.rmtree(stale, ignore_errors=True)
 
 
-def _commit(staging: Path, out_dir: Path, item: CorpusInput, targets: list[tuple[Path, str]]) -> None:
+def _commit(staging: Path, out_dir: Path, targets: list[tuple[Path, str]]) -> None:
     """Move the staged files into ``out_dir`` (each by a rename, the results last), then remove
     the staging folder (and ``.partial`` when it is empty)."""
     for staged, name in targets:
@@ -456,18 +462,18 @@ class Progress:
                  f"ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}")
 
 
-def run_corpus_job(job: CorpusJob, progress: Progress | None = None) -> tuple[CorpusSummary, dict[str, Any]]:
+def run_corpus_job(job: CorpusJob, show_progress: bool = True) -> tuple[CorpusSummary, dict[str, Any]]:
     """Run ``job`` in this process, input after input, and write its summary; returns the
-    summary and its JSON record. The model is loaded only when some input is still to do."""
+    summary and its JSON record. The model is loaded only when some input is still to do.
+    ``show_progress``: a line per input on standard error (:class:`Progress`)."""
     started = time.perf_counter()
     planned = job.plan()
-    progress = progress or Progress(len(planned))
+    progress = Progress(len(planned), enabled=show_progress)
     summary = CorpusSummary("local", job.job, job.num_jobs)
     rescorer: InputRescorer | None = None
     for item in planned:
-        if item.results(job.out_dir).exists() and not job.force:
-            outcome = recorded_outcome(item, item.results(job.out_dir))
-        else:
+        outcome = job.done_before(item)
+        if outcome is None:
             if rescorer is None:
                 rescorer = InputRescorer(job)
             outcome = rescorer.run(item)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from afp.corpus import (CorpusError, CorpusInput, CorpusJob, CorpusSummary, InputOutcome, InputRescorer, Progress,
-                        recorded_outcome, write_summary)
+                        write_summary)
 
 __all__ = ["RayMissing", "RayOptions", "run_on_ray"]
 
@@ -90,7 +90,7 @@ def _import_ray() -> Any:
     return ray
 
 
-def run_on_ray(job: CorpusJob, options: RayOptions, progress: Progress | None = None
+def run_on_ray(job: CorpusJob, options: RayOptions, show_progress: bool = True
                ) -> tuple[CorpusSummary, dict[str, Any]]:
     """Run ``job`` on the Ray cluster at ``options.address`` and write its summary (as
     :func:`afp.corpus.run_corpus_job`, with ``retried`` naming inputs whose worker died and
@@ -102,12 +102,12 @@ def run_on_ray(job: CorpusJob, options: RayOptions, progress: Progress | None = 
     given = {item.name: item.spec for item in job.plan()}  # the summary names inputs as they were given
     planned = [CorpusInput(str(Path(spec).resolve()), name) for name, spec in given.items()]
     job = _absolute(job)
-    progress = progress or Progress(len(planned))
+    progress = Progress(len(planned), enabled=show_progress)
     summary = CorpusSummary("ray", job.job, job.num_jobs)
     todo: deque[CorpusInput] = deque()
     for item in planned:  # inputs done before are recorded here: no worker is started for them
-        if item.results(job.out_dir).exists() and not job.force:
-            outcome = recorded_outcome(item, item.results(job.out_dir))
+        outcome = job.done_before(item)
+        if outcome is not None:
             summary.outcomes.append(outcome)
             progress.update(outcome)
         else:

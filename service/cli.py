@@ -213,7 +213,7 @@ def cmd_rescore(args: argparse.Namespace) -> None:
 
 def _rescore_corpus(args: argparse.Namespace) -> None:
     """``afp rescore --out-dir``: a result file per input, resumable, split by --job, or on Ray (:mod:`afp.corpus`)."""
-    from afp.corpus import CorpusJob, Progress, run_corpus_job
+    from afp.corpus import CorpusJob, run_corpus_job
 
     clashing = [flag for flag, given in (("--out", args.out), ("--nbest-text", args.nbest_text),
                                          ("--text-dir", args.text_dir), ("--ctm", args.ctm), ("--json", args.json),
@@ -230,15 +230,14 @@ def _rescore_corpus(args: argparse.Namespace) -> None:
     job = CorpusJob(setup=_setup(args), inputs=tuple(args.inputs), out_dir=args.out_dir, format=args.format,
                     job=job_index or 1, num_jobs=num_jobs or 1, force=args.force, also=also,
                     frame_shift=args.frame_shift, workers=args.workers, batch_pairs=args.batch_pairs)
-    progress = Progress(len(job.plan()), enabled=not args.quiet)
     if args.ray is not None:
         from afp.corpus_ray import RayOptions, run_on_ray
 
         ray = RayOptions(address=args.ray, workers=args.ray_workers, cpus=args.ray_cpus_per_worker,
                          gpus=args.ray_gpus_per_worker, threads=args.threads)
-        summary, record = run_on_ray(job, ray, progress)
+        summary, record = run_on_ray(job, ray, show_progress=not args.quiet)
     else:
-        summary, record = run_corpus_job(job, progress)
+        summary, record = run_corpus_job(job, show_progress=not args.quiet)
     print(json.dumps({k: v for k, v in record.items() if k not in ("options", "failures")}))
     if not summary.ok:
         raise CLIError(f"{summary.failure_message()} (all of them in {job.summary_path})")
