@@ -39,7 +39,7 @@ import numpy
 import torch
 
 from lattices.scored import POINT_WEIGHTS, component_vector, point_weights
-from lattices.search import Dag
+from lattices.search import Dag, DagUnion
 
 #: the search range of each coordinate (score weights: ``score:*``); natural bounds in NATURAL
 RANGES = {"lm_weight": (0.0, 3.0), "old_lm_weight": (0.0, 3.0), "word_penalty": (-10.0, 10.0),
@@ -75,6 +75,9 @@ class Problem:
     lattices: Sequence[LatticeLines] = ()
     evaluations: int = field(default=0)
 
+    def __post_init__(self) -> None:
+        self.lattice_set = LatticeSet(self.lattices)
+
     def vector(self, point: dict[str, float], acoustic_scale: float) -> numpy.ndarray:
         return component_vector(self.names, point_weights(point, self.defaults), acoustic_scale).numpy()
 
@@ -85,7 +88,7 @@ class Problem:
         for table in self.tables:
             scores = table.parts @ self.vector(point, table.acoustic_scale)
             total += int(table.errors[int(numpy.argmax(scores))])  # argmax: the first of equals
-        return total + sum(lattice.errors(point) for lattice in self.lattices)
+        return total + (sum(self.lattice_set.errors(point)) if self.lattices else 0)
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,8 @@ def line_search(problem: Problem, point: dict[str, float], name: str, pick: str 
         a = table.parts @ v
         g = table.parts @ (problem.vector(unit, table.acoustic_scale) - v)
         steps.append(_steps(table.errors, a, g, lo - here, hi - here))
-    steps.extend(lattice.steps(point, unit, lo - here, hi - here) for lattice in problem.lattices)
+    if problem.lattices:
+        steps.extend(problem.lattice_set.steps(point, unit, lo - here, hi - here))
     for cuts, values in steps:
         base += values[0]
         events.extend((cut, values[i + 1] - values[i]) for i, cut in enumerate(cuts))
@@ -270,8 +274,9 @@ class LatticeLines:
     weight vector ``(C,)`` rescoring uses at a point (so a path's total is what rescoring
     computes); ``errors_of(arcs)``: the word errors of the path along ``arcs`` (int64 arc ids).
     :meth:`steps` is a line search's view (as :func:`_steps` of a table), :meth:`errors` a
-    point's. The paths met so far are kept (their components and errors) and seed every later
-    line; ``passes`` counts the multi-point Viterbi passes run."""
+    point's; :class:`LatticeSet` runs them for many lattices in one sweep each. The paths met so
+    far are kept (their components and errors) and seed every later line; ``passes`` counts the
+    multi-point Viterbi passes this lattice took part in."""
 
     def __init__(self, dag: Dag, arc_parts: numpy.ndarray, final_parts: numpy.ndarray,
                  vector: Callable[[dict[str, float]], numpy.ndarray],
@@ -280,54 +285,74 @@ class LatticeLines:
         self.vector, self.errors_of = vector, errors_of
         self.paths: dict[bytes, int] = {}  # a path's arcs -> its row in the table
         self.parts: list[numpy.ndarray] = []  # (C,) per known path
+        self.table = numpy.empty((0, arc_parts.shape[1]))  # the rows of parts, stacked
         self.path_errors: list[int] = []
         self.final_of = {state: i for i, state in enumerate(dag.finals.cpu().tolist())}
         self.passes = 0
+        self.answers: dict[bytes, tuple[list[float], list[int]]] = {}  # the last lines' answers, by line
+        self._alone: LatticeSet | None = None
+
+    def remember(self, key: bytes, answer: tuple[list[float], list[int]]) -> None:
+        """Keep a line's answer (exact whatever the table held): cross-validation's folds and the
+        restarts start from the same points, so their first lines are the same lines."""
+        if key not in self.answers and len(self.answers) >= LINE_MEMORY:
+            self.answers.pop(next(iter(self.answers)))
+        self.answers[key] = answer
+
+    @property
+    def num_arcs(self) -> int:
+        return self.arc_parts.shape[0]
 
     def errors(self, point: dict[str, float]) -> int:
         """The errors of the best path at ``point`` (rescoring's decision)."""
-        v = self.vector(point)
-        self.passes += 1
-        _, (arcs,) = self.dag.best_paths((self.arc_parts @ v)[:, None], (self.final_parts @ v)[:, None])
-        return self.path_errors[self._known(arcs)]
+        return self._set().errors(point)[0]
 
     def steps(self, point: dict[str, float], unit: dict[str, float], lo: float, hi: float
               ) -> tuple[list[float], list[int]]:
         """Along ``point + t (unit - point)`` for ``t`` in ``[lo, hi]``: the breakpoints where the
         best path's errors change and the errors between them (as :func:`_steps`)."""
+        return self._set().steps(point, unit, lo, hi)[0]
+
+    def _set(self) -> LatticeSet:
+        if self._alone is None:
+            self._alone = LatticeSet([self])
+        return self._alone
+
+    def line(self, point: dict[str, float], unit: dict[str, float], lo: float, hi: float) -> _Line:
+        """The arcs' and final states' scores along the line ``point + t (unit - point)``."""
         v = self.vector(point)
         dv = self.vector(unit) - v
-        a_arc, g_arc = self.arc_parts @ v, self.arc_parts @ dv
-        a_fin, g_fin = self.final_parts @ v, self.final_parts @ dv
-        if not self.parts:  # a first path to start the envelope from
-            _, (arcs,) = self._best(a_arc, g_arc, a_fin, g_fin, numpy.array([(lo + hi) / 2]))
-            self._known(arcs)
-        while True:
-            table = numpy.stack(self.parts)
-            a, g = table @ v, table @ dv
-            envelope, starts = _upper_envelope(a, g)
-            inside = [k for k in range(1, len(starts)) if lo < starts[k] < hi]
-            cuts = [float(starts[k]) for k in inside]
-            bounds = [lo, *cuts, hi]
-            middles = [(bounds[k] + bounds[k + 1]) / 2 for k in range(len(bounds) - 1)]
-            points = numpy.array([*bounds, *middles])
-            best, paths = self._best(a_arc, g_arc, a_fin, g_fin, points)
-            candidate = (a[:, None] + g[:, None] * points[None, :]).max(axis=0)
-            above = best > candidate + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
-            grew = False
-            for k in numpy.flatnonzero(above).tolist():
-                grew |= self._add(paths[k])
-            if not grew:  # the candidate envelope is the lattice's: errors inside each segment
-                values = [self.path_errors[self._known(paths[len(bounds) + k])] for k in range(len(middles))]
-                keep = [k for k in range(1, len(values)) if values[k] != values[k - 1]]
-                return [cuts[k - 1] for k in keep], [values[0], *(values[k] for k in keep)]
+        return _Line(v, dv, self.arc_parts @ v, self.arc_parts @ dv, self.final_parts @ v, self.final_parts @ dv,
+                     lo, hi)
 
-    def _best(self, a_arc: numpy.ndarray, g_arc: numpy.ndarray, a_fin: numpy.ndarray, g_fin: numpy.ndarray,
-              points: numpy.ndarray) -> tuple[numpy.ndarray, list[numpy.ndarray]]:
-        """The best path's total and arcs at each ``t`` of ``points`` along ``a + t g``: one pass."""
-        self.passes += 1
-        return self.dag.best_paths(a_arc[:, None] + g_arc[:, None] * points[None, :],
-                                   a_fin[:, None] + g_fin[:, None] * points[None, :])
+    def candidate(self, line: _Line) -> tuple[list[float], numpy.ndarray, numpy.ndarray]:
+        """The table's envelope along ``line``: its breakpoints inside ``(lo, hi)``, the points to
+        check (the range's ends, the breakpoints, then each segment's middle) and the envelope's
+        value at each point."""
+        a, g = self.table @ line.v, self.table @ line.dv
+        envelope, starts = _upper_envelope(a, g)
+        cuts = [float(starts[k]) for k in range(1, len(starts)) if line.lo < starts[k] < line.hi]
+        bounds = [line.lo, *cuts, line.hi]
+        middles = [(bounds[k] + bounds[k + 1]) / 2 for k in range(len(bounds) - 1)]
+        points = numpy.array([*bounds, *middles])
+        return cuts, points, (a[:, None] + g[:, None] * points[None, :]).max(axis=0)
+
+    def settle(self, cuts: list[float], points: numpy.ndarray, envelope: numpy.ndarray, best: numpy.ndarray,
+               paths: list[numpy.ndarray]) -> tuple[list[float], list[int]] | None:
+        """The line search's answer from the best paths at the candidate's ``points`` (totals
+        ``best``), or None when a path scored above the candidate ``envelope`` (it joined the
+        table: check again). When none did, the candidate envelope is the lattice's own (a convex
+        function that meets a line at both ends of a segment is that line in between)."""
+        above = best > envelope + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
+        grew = False
+        for k in numpy.flatnonzero(above).tolist():
+            grew |= self._add(paths[k])
+        if grew:
+            return None
+        first_middle = len(cuts) + 2
+        values = [self.path_errors[self._known(paths[first_middle + k])] for k in range(len(cuts) + 1)]
+        keep = [k for k in range(1, len(values)) if values[k] != values[k - 1]]
+        return [cuts[k - 1] for k in keep], [values[0], *(values[k] for k in keep)]
 
     def _add(self, arcs: numpy.ndarray) -> bool:
         """Add a path to the table; False when it was there already (a rounding difference)."""
@@ -345,6 +370,7 @@ class LatticeLines:
             parts = self.arc_parts[arcs].sum(axis=0) + self.final_parts[final]
             row = self.paths[key] = len(self.parts)
             self.parts.append(parts)
+            self.table = numpy.vstack([self.table, parts[None, :]])
             self.path_errors.append(int(self.errors_of(arcs)))
         return row
 
@@ -352,3 +378,144 @@ class LatticeLines:
         """The index among the final states of where the path along ``arcs`` ends."""
         state = int(self.dag._arrays[1][arcs[-1]]) if len(arcs) else self.dag.start
         return self.final_of[state]
+
+
+@dataclass(frozen=True)
+class _Line:
+    """A lattice's scores along a line: the weight vector ``v`` and its step ``dv`` (``(C,)``), the
+    arcs' ``a_arc + t g_arc`` (``(X,)`` each), the final states' ``a_fin + t g_fin`` (``(G,)``),
+    for ``t`` in ``[lo, hi]``."""
+
+    v: numpy.ndarray
+    dv: numpy.ndarray
+    a_arc: numpy.ndarray
+    g_arc: numpy.ndarray
+    a_fin: numpy.ndarray
+    g_fin: numpy.ndarray
+    lo: float
+    hi: float
+
+    @property
+    def key(self) -> bytes:
+        """What the line's answer depends on: its vector, step and range."""
+        return self.v.tobytes() + self.dv.tobytes() + numpy.array([self.lo, self.hi]).tobytes()
+
+
+#: the answers a lattice keeps (:meth:`LatticeLines.remember`)
+LINE_MEMORY = 64
+
+#: a union sweep of :class:`LatticeSet` holds lattices of at most this many expanded arcs in all
+#: (its arrays are this times the points checked, float64)
+UNION_ARCS = 400_000
+
+
+class LatticeSet:
+    """Lattices (:class:`LatticeLines`) searched together: a line search's check of every lattice
+    is one multi-point Viterbi sweep over their union (:class:`lattices.search.DagUnion`, in
+    groups of at most :data:`UNION_ARCS` arcs), not one sweep per lattice; a lattice whose
+    envelope grew is checked again, alone or with the others that did. The answers are each
+    lattice's own (:meth:`LatticeLines.settle`); ``sweeps`` counts the sweeps run."""
+
+    def __init__(self, lines: Sequence[LatticeLines], union_arcs: int = UNION_ARCS) -> None:
+        self.lines = list(lines)
+        self.groups: list[list[int]] = []
+        size = 0
+        for i, lattice in enumerate(self.lines):
+            if not self.groups or size + lattice.num_arcs > union_arcs:
+                self.groups.append([])
+                size = 0
+            self.groups[-1].append(i)
+            size += lattice.num_arcs
+        self._unions: dict[int, DagUnion] = {}
+        self.sweeps = 0
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def errors(self, point: dict[str, float]) -> list[int]:
+        """Each lattice's best path's errors at ``point``."""
+        lines = [lattice.line(point, point, 0.0, 0.0) for lattice in self.lines]
+        found = self._best(range(len(self.lines)), lines, {i: numpy.zeros(1) for i in range(len(self.lines))})
+        return [lattice.path_errors[lattice._known(found[i][1][0])] for i, lattice in enumerate(self.lines)]
+
+    def steps(self, point: dict[str, float], unit: dict[str, float], lo: float, hi: float
+              ) -> list[tuple[list[float], list[int]]]:
+        """:meth:`LatticeLines.steps` of every lattice along the same line."""
+        lines = [lattice.line(point, unit, lo, hi) for lattice in self.lines]
+        empty = [i for i, lattice in enumerate(self.lines) if not lattice.parts and lines[i].key not in lattice.answers]
+        if empty:  # a first path each to start the envelopes from
+            found = self._best(empty, lines, {i: numpy.array([(lo + hi) / 2]) for i in empty})
+            for i in empty:
+                self.lines[i]._known(found[i][1][0])
+        keys = [line.key for line in lines]
+        results: list[tuple[list[float], list[int]] | None] = [
+            lattice.answers.get(key) for lattice, key in zip(self.lines, keys)]
+        pending = [i for i, answer in enumerate(results) if answer is None]
+        while pending:
+            plans = {i: self.lines[i].candidate(lines[i]) for i in pending}
+            found = self._best(pending, lines, {i: plans[i][1] for i in pending})
+            again = []
+            for i in pending:
+                answer = self.lines[i].settle(*plans[i], *found[i])
+                if answer is None:
+                    again.append(i)
+                results[i] = answer
+            pending = again
+        for lattice, key, answer in zip(self.lines, keys, results):
+            lattice.remember(key, answer)  # type: ignore[arg-type]
+        return results  # type: ignore[return-value]
+
+    def _best(self, which: Sequence[int], lines: list[_Line], points: dict[int, numpy.ndarray]
+              ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
+        """The best path's totals and arcs of lattices ``which`` at each of their ``points`` along
+        their ``lines``: a group's lattices in one union sweep when at least a quarter of them are
+        asked for, else each alone. A sweep is as wide as the median lattice asks (a lattice's
+        points past that are checked in a further sweep), so that a few lattices with many points
+        do not widen every other lattice's arrays."""
+        wanted = set(which)
+        out: dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]] = {}
+        for g, group in enumerate(self.groups):
+            asked = [i for i in group if i in wanted]
+            if not asked:
+                continue
+            if len(group) > 1 and 4 * len(asked) >= len(group):
+                width = int(numpy.median([len(points[i]) for i in asked]))
+                out.update(self._sweep(g, group, asked, lines, {i: points[i][:width] for i in asked}))
+                more = [i for i in asked if len(points[i]) > width]
+                if more:
+                    rest = self._best(more, lines, {i: points[i][width:] for i in more})
+                    for i, (totals, paths) in rest.items():
+                        out[i] = (numpy.concatenate([out[i][0], totals]), out[i][1] + paths)
+            else:
+                for i in asked:
+                    out.update(self._sweep(None, [i], [i], lines, points))
+        return out
+
+    def _sweep(self, g: int | None, group: list[int], asked: list[int], lines: list[_Line],
+               points: dict[int, numpy.ndarray]) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
+        """One multi-point sweep over the union of ``group`` (``g``: its index, None: a single
+        lattice); lattices not ``asked`` ride along at their line's ``lo``."""
+        self.sweeps += 1
+        if g is None:
+            union = self.lines[group[0]].dag._alone
+        elif g in self._unions:
+            union = self._unions[g]
+        else:
+            union = self._unions[g] = DagUnion([self.lines[i].dag for i in group])
+        width = max(len(points[i]) for i in asked)
+        arc_scores, final_scores = [], []
+        for i in group:
+            line = lines[i]
+            at = points[i] if i in points else numpy.array([line.lo])
+            at = numpy.concatenate([at, numpy.full(width - len(at), at[-1])])
+            arc_scores.append(line.a_arc[:, None] + line.g_arc[:, None] * at[None, :])
+            final_scores.append(line.a_fin[:, None] + line.g_fin[:, None] * at[None, :])
+        totals, paths = union.best_paths(numpy.concatenate(arc_scores), numpy.concatenate(final_scores))
+        out = {}
+        asked_set = set(asked)
+        for k, i in enumerate(group):
+            if i in asked_set:
+                self.lines[i].passes += 1
+                count = len(points[i])
+                out[i] = (totals[k, :count], paths[k][:count])
+        return out

@@ -66,7 +66,8 @@ class TuneJob:
     ``setup``: the model, old LM, features and fixed options; ``inputs`` in ``format``: the dev
     set's lattices or n-best lists; ``refs``: its references (:func:`afp.wer.read_references`).
     The joint search: ``tune_score_weights`` (``NAME,...``: named scores tuned too),
-    ``restarts``, ``folds`` (cross-validation; 1: none), ``seed``, ``baseline`` (the recogniser's own
+    ``restarts``, ``folds`` (cross-validation; 1: none), ``fold_restarts`` (each fold's own random
+    restarts), ``seed``, ``baseline`` (the recogniser's own
     1-best: reported, and nothing saved when the chosen point is worse). A grid instead with
     ``grid``, ``mbr`` or any of ``lm_weights``, ``old_lm_weights``, ``word_penalties``,
     ``unk_penalties`` (comma lists or ``start:stop:step``; unset: :data:`GRID_DEFAULTS`); ``plot``:
@@ -80,6 +81,7 @@ class TuneJob:
     tune_score_weights: str | None = None
     restarts: int = 3
     folds: int = 5
+    fold_restarts: int = 0
     seed: int = 0
     baseline: str | None = None
     save: str | None = None
@@ -139,7 +141,7 @@ def _joint_search(job: TuneJob, tuner: Tuner, progress: bool) -> dict[str, Any]:
     scores = tuple(n.strip() for n in (job.tune_score_weights or "").split(",") if n.strip())
     baseline = read_hypotheses(job.baseline) if job.baseline else None
     report = joint_tune(tuner, scores, restarts=job.restarts, folds=job.folds, seed=job.seed, progress=progress,
-                        baseline=baseline)
+                        baseline=baseline, fold_restarts=job.fold_restarts)
     if job.save:
         best, chosen = report["best"], report["chosen"]
         record = {"wer": best["wer"], "first_pass_wer": report["first_pass_wer"],

@@ -462,8 +462,8 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
                                  determinize_beam=options.determinize_beam,
                                  max_states=options.max_determinized_states, fit=options.auto_prune,
                                  skip=options.skip_words, deadline=options.deadline,
-                                 beam_ordering=_ordering(lattice, dataclasses.replace(options, old_lm_weight=None),
-                                                         acoustic_scale, exact_old))
+                                 first_pass=_ordering(lattice, dataclasses.replace(options, old_lm_weight=None),
+                                                      acoustic_scale, exact_old))
         lattice, stages = reduced.lattice, reduced.stats()
         if reduced.pruned is not None:
             pruned_report = {**(pruned_report or {}), **reduced.pruned}

@@ -198,45 +198,17 @@ class Dag:
         final scores (this Dag's own are not used). Returns float64 ``(T,)`` best totals and, per
         column, the path's arc ids (int64, path order): the path :meth:`best_path` returns under
         that column's scores (a state's ties to its lowest incoming arc id, the first of equal
-        final states), in one level sweep for all columns (a ``reduceat`` per level: every arc
-        into a state is in that state's level; the deadline is checked once, before it). Raises
-        ``ValueError`` when no final state is reachable."""
-        src = self._arrays[0]
-        columns = score.shape[1]
-        alpha = np.full((self.num_states, columns), NEG_INF)
-        alpha[self.start] = 0.0
-        none = src.shape[0]
-        back = np.full((self.num_states, columns), none, dtype=np.int64)
+        final states). :meth:`DagUnion.best_paths` of this Dag alone (the deadline is checked
+        once, before the sweep). Raises ``ValueError`` when no final state is reachable."""
         if self.deadline is not None:
             check_deadline(self.deadline)
-        for arcs, frm, starts, lengths, states, positions in self._into_state_runs:
-            cand = alpha[frm]
-            cand += score[arcs]
-            best = np.maximum.reduceat(cand, starts, axis=0)
-            alpha[states] = best
-            count = len(arcs)
-            position = np.where(cand == np.repeat(best, lengths, axis=0), positions, count)
-            first = np.minimum.reduceat(position, starts, axis=0)
-            chosen = arcs[np.minimum(first, count - 1)]
-            chosen[best == NEG_INF] = none  # not reached in this column: no back-pointer
-            back[states] = chosen
-        finals = self.finals.cpu().numpy()
-        ends = alpha[finals] + final_score
-        if not bool((ends > NEG_INF).any(axis=0).all()):
-            raise ValueError("no complete path: no final state is reachable from the start")
-        top = np.argmax(ends, axis=0)
-        state, steps = finals[top], []
-        everything = np.arange(columns)
-        while True:
-            arc = back[state, everything]
-            going = arc < none
-            if not going.any():
-                break
-            steps.append(np.where(going, arc, -1))
-            state = np.where(going, src[np.minimum(arc, none - 1)], state)
-        walked = np.stack(steps[::-1]) if steps else np.empty((0, columns), dtype=np.int64)
-        paths = [walked[:, t][walked[:, t] >= 0] for t in range(columns)]
-        return ends[top, everything], paths
+        totals, (paths,) = self._alone.best_paths(score, final_score)
+        return totals[0], paths
+
+    @_graph_cached
+    def _alone(self) -> DagUnion:
+        """This graph as a union of one (:meth:`best_paths`)."""
+        return DagUnion([self])
 
     def k_best_paths(self, k: int) -> tuple[Tensor, list[Tensor]]:
         """The ``k`` best complete paths (fewer if the graph has fewer), best first.
@@ -351,3 +323,109 @@ def segment_logsumexp(values: Tensor, index: Tensor, size: int) -> Tensor:
     """float ``(size,)``: log-sum-exp of ``values`` grouped by ``index`` (``-inf`` for empty groups)."""
     start = torch.full((size,), NEG_INF, dtype=values.dtype, device=values.device)
     return _scatter_logsumexp(start, index, values)
+
+
+class DagUnion:
+    """Several Dags' graphs searched as one: their disjoint union, level ``k`` of the union being
+    level ``k`` of each (so a sweep costs the deepest graph's levels, not their sum), for
+    :meth:`best_paths` of all of them under many score settings in one sweep (``afp tune``'s line
+    searches check every lattice at once). ``X``: the graphs' arcs in all, ``G`` their final states,
+    in graph order; a graph's arc and final ids keep their order within it."""
+
+    def __init__(self, dags: list[Dag]) -> None:
+        if not dags:
+            raise ValueError("a union of no graphs")
+        self.count = len(dags)
+        arcs = [d._arrays[0].shape[0] for d in dags]
+        states = [d.num_states for d in dags]
+        finals = [d.finals.cpu().numpy() for d in dags]
+        self.arc_offsets = np.concatenate([[0], np.cumsum(arcs)]).astype(np.int64)
+        self.state_offsets = np.concatenate([[0], np.cumsum(states)]).astype(np.int64)
+        self.final_offsets = np.concatenate([[0], np.cumsum([len(f) for f in finals])]).astype(np.int64)
+        if any(len(f) == 0 for f in finals):
+            raise ValueError("no complete path: a graph has no final state")
+        self.num_states = int(self.state_offsets[-1])
+        self.src = np.concatenate([d._arrays[0] + off for d, off in zip(dags, self.state_offsets)])
+        self.starts = np.array([d.start for d in dags], dtype=np.int64) + self.state_offsets[:-1]
+        self.finals = np.concatenate([f + off for f, off in zip(finals, self.state_offsets)])
+        self.graph_of_final = np.repeat(np.arange(self.count), [len(f) for f in finals])
+        self.runs = self._merged_runs(dags)
+        self._order: tuple[np.ndarray, list[int]] | None = None
+
+    def _merged_runs(self, dags: list[Dag]) -> list[tuple[np.ndarray, ...]]:
+        """Per union level: :meth:`Dag._into_state_runs` of every graph's level, concatenated
+        with the union's ids (arcs, sources, run starts, run lengths, destinations, positions)."""
+        per_graph = [d._into_state_runs for d in dags]
+        out = []
+        for level in range(max(len(runs) for runs in per_graph)):
+            parts = [(g, runs[level]) for g, runs in enumerate(per_graph) if level < len(runs)]
+            sizes = np.array([len(run[0]) for _, run in parts], dtype=np.int64)
+            shift = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            arcs = np.concatenate([run[0] + self.arc_offsets[g] for g, run in parts])
+            frm = np.concatenate([run[1] + self.state_offsets[g] for g, run in parts])
+            starts = np.concatenate([run[2] + s for (_, run), s in zip(parts, shift)])
+            lengths = np.concatenate([run[3] for _, run in parts])
+            into = np.concatenate([run[4] + self.state_offsets[g] for g, run in parts])
+            out.append((arcs, frm, starts, lengths, into, np.arange(len(arcs))[:, None]))
+        return out
+
+    @property
+    def _arc_order(self) -> tuple[np.ndarray, list[int]]:
+        """The arcs in sweep order (level by level, as :attr:`runs`) and each level's offsets."""
+        if self._order is None:
+            sizes = [len(run[0]) for run in self.runs]
+            self._order = (np.concatenate([run[0] for run in self.runs]) if self.runs else np.empty(0, np.int64),
+                           np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist())
+        return self._order
+
+    def best_paths(self, score: np.ndarray, final_score: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+        """The best complete path of every graph under each of ``T`` score settings: column ``t`` of
+        ``score`` (float64 ``(X, T)``) and ``final_score`` (``(G, T)``) is a setting of every graph's
+        arcs and final states (the graphs' own scores are not used). Returns float64 ``(N, T)``
+        best totals of the ``N`` graphs and, per graph and column, the path's arc ids in the graph's
+        own numbering (int64, path order): :meth:`Dag.best_path`'s path under that column's scores
+        (a state's ties to its lowest incoming arc id, the first of equal final states). One level
+        sweep for all (a ``reduceat`` per level: every arc into a state is in that state's level).
+        Raises ``ValueError`` naming the first graph with no reachable final state."""
+        columns = score.shape[1]
+        alpha = np.full((self.num_states, columns), NEG_INF)
+        alpha[self.starts] = 0.0
+        none = self.src.shape[0]
+        back = np.full((self.num_states, columns), none, dtype=np.int64)
+        order, offsets = self._arc_order
+        in_order = score[order]  # one gather: each level's scores are then a contiguous slice
+        for level, (arcs, frm, starts, lengths, states, positions) in enumerate(self.runs):
+            cand = alpha[frm]
+            cand += in_order[offsets[level]:offsets[level + 1]]
+            best = np.maximum.reduceat(cand, starts, axis=0)
+            alpha[states] = best
+            count = len(arcs)
+            position = np.where(cand == np.repeat(best, lengths, axis=0), positions, count)
+            first = np.minimum.reduceat(position, starts, axis=0)
+            chosen = arcs[np.minimum(first, count - 1)]
+            chosen[best == NEG_INF] = none  # not reached in this column: no back-pointer
+            back[states] = chosen
+        ends = alpha[self.finals] + final_score  # (G, T)
+        groups = self.final_offsets[:-1]
+        top_score = np.maximum.reduceat(ends, groups, axis=0)  # (N, T)
+        unreachable = np.flatnonzero(~(top_score > NEG_INF).all(axis=1))
+        if len(unreachable):
+            raise ValueError(f"no complete path: no final state is reachable from the start (graph {unreachable[0]})")
+        rows = np.arange(len(self.finals))[:, None]
+        first_top = np.where(ends == top_score[self.graph_of_final], rows, len(self.finals))
+        top = np.minimum.reduceat(first_top, groups, axis=0)  # (N, T): the first of equal finals
+        state, steps, everything = self.finals[top], [], np.arange(columns)
+        while True:
+            arc = back[state, everything]
+            going = arc < none
+            if not going.any():
+                break
+            steps.append(np.where(going, arc, -1))
+            state = np.where(going, self.src[np.minimum(arc, none - 1)], state)
+        walked = np.stack(steps[::-1]) if steps else np.empty((0, self.count, columns), dtype=np.int64)
+        paths = []
+        for g in range(self.count):
+            offset = self.arc_offsets[g]
+            graph = walked[:, g, :]
+            paths.append([graph[:, t][graph[:, t] >= 0] - offset for t in range(columns)])
+        return top_score, paths

@@ -192,11 +192,12 @@ def test_the_bound_of_kept_arcs_is_the_bound_of_the_subset(seed):
             assert expansion_bound(lattice, rho, keep=keep.numpy()) == expansion_bound(lattice.subset(keep), rho)
 
 
-def test_a_request_that_replaces_the_old_lm_keeps_the_first_pass_beam():
-    """Tuned weights replace the old LM (weight 0). The determinization's beam must still rank
-    paths as the first pass did (the old LM in full), not by the acoustic score alone: here the
-    first pass's best sequence (B: acoustically a little worse, far better by the LM) lies outside
-    an acoustic-only beam of 1. The kept sequence still carries its best path under the request."""
+def test_a_request_that_replaces_the_old_lm_is_determinized_as_the_first_pass_ranks():
+    """Tuned weights replace the old LM (weight 0). The pruned determinization runs on the first
+    pass's weights (the old LM in full), not the acoustic score alone: here the first pass's best
+    sequence (B: acoustically a little worse, far better by the LM) lies outside an acoustic-only
+    beam of 1. Each kept sequence carries its best path under the first pass, whatever the
+    request weighs, and the reduction says so; without a beam it is exact under the request."""
     symbols = ("<eps>", "A", "B", "C")
     arcs = [(0, 1, 1, -1.0, -20.0), (0, 1, 2, -3.0, -1.0), (0, 1, 2, -2.5, -9.0), (1, 2, 3, -1.0, -1.0)]
     lattice = Lattice.from_arcs("replace", arcs, {2: (0.0, 0.0)}, symbols)
@@ -220,8 +221,16 @@ def test_a_request_that_replaces_the_old_lm_keeps_the_first_pass_beam():
 
     acoustic_only = reduce_lattice(lattice, 2, None, request, acoustic_scale=1.0, word_penalty=0.0,
                                    determinize_beam=1.0, fit=False).lattice
-    ranked = reduce_lattice(lattice, 2, None, request, acoustic_scale=1.0, word_penalty=0.0, determinize_beam=1.0,
-                            fit=False, beam_ordering=first_pass).lattice
+    reduced = reduce_lattice(lattice, 2, None, request, acoustic_scale=1.0, word_penalty=0.0, determinize_beam=1.0,
+                             fit=False, first_pass=first_pass)
+    ranked = reduced.lattice
+    assert reduced.pruned is not None and reduced.pruned["determinized_on"] == "first pass"
+    same = reduce_lattice(lattice, 2, None, first_pass, acoustic_scale=1.0, word_penalty=0.0, determinize_beam=1.0,
+                          fit=False, first_pass=first_pass)
+    assert "determinized_on" not in same.pruned  # the request weighs the scores as the first pass did
+    exact = reduce_lattice(lattice, 2, None, request, acoustic_scale=1.0, word_penalty=0.0, determinize_beam=None,
+                           fit=False, first_pass=first_pass)
+    assert exact.pruned is None and sequences(exact.lattice)[("B", "C")] == -3.5  # the request's best B C
     assert sequences(acoustic_only) == {("A", "C"): -2.0}  # B C (best: -3.5 acoustic) is 1.5 behind A C: cut
     kept = sequences(ranked)
-    assert kept[("B", "C")] == -3.5  # B C with its best path under the request (not the first pass's, -4.0)
+    assert kept[("B", "C")] == -4.0  # B C by its best path under the first pass (acoustic -3.0, then C's -1.0)
