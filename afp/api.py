@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from afp.defaults import default_model_dir
-from afp.features import load_features
 from afp.jobs import Failure, iter_lattices, rescore_all
 from afp.mixtures import mixed_scorer, open_model
+from afp.scoring import load_extra_scorers
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
@@ -62,21 +62,29 @@ class SentenceScore:
     unknown: int
 
 
-def rescore_options(**options: Any) -> RescoreOptions:
-    """:class:`~lattices.rescore.RescoreOptions` from keyword arguments named as the HTTP request
-    fields and the command-line flags: ``lm_weight`` (a number or a list), ``old_lm_weight``,
-    ``acoustic_scale``, ``word_penalty``, ``unk_penalty``, ``score_weights`` (a dict), ``nbest``,
-    ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``, ``prune_beam``, ``target_arcs``
-    (what a dense lattice's expansion is made small to, default 20,000; 0: none), ``max_arcs`` (every
-    lattice's limit, default 5,000,000), ``auto_prune``, ``determinize``, ``old_lm_score`` (and
-    ``RescoreOptions``' own field names), by the one
-    builder of every door (:func:`afp.options.build_options`; unset: ``RescoreOptions``' defaults)."""
+def rescore_options(model: Model, /, *, weights: str | Path | None = None, **options: Any) -> RescoreOptions:
+    """The :class:`~lattices.rescore.RescoreOptions` :meth:`Model.rescore` uses with these arguments:
+    ``options`` named as the HTTP request fields and the command-line flags (``lm_weight``, a number or
+    a list, ``old_lm_weight``, ``acoustic_scale``, ``word_penalty``, ``unk_penalty``,
+    ``score_weights``, a dict, ``nbest``, ``decode``, ``mbr_nbest``, ``mbr_scale``, ``posteriors``,
+    ``prune_beam``, ``target_arcs``, ``max_arcs``, ``prune_if_too_large``, ``determinize``,
+    ``old_lm_score``...: :data:`lattices.options.OPTIONS` says what each takes; ``RescoreOptions``'
+    own field names are accepted too), over a weights file of ``afp tune --save`` (``weights``; it
+    sets the weights, so give it or weight options, not both), by the one builder of every door
+    (:func:`afp.options.build_options`): unset, ``RescoreOptions``' defaults, with ``model``'s own
+    unknown-word penalty (``model.loaded.default_unk_penalty``).
+
+    Raises:
+      ValueError: a value an option cannot take (:class:`afp.options.OptionValueError`, naming it).
+      TypeError: an unknown option, or a weight option beside ``weights``.
+    """
+    tuned = None if weights is None else TunedWeights.read(weights)
     try:
-        return build_options(options)
+        return build_options(options, weights=tuned, unk_default=model.loaded.default_unk_penalty)
     except OptionValueError:
         raise
     except OptionsError as err:
-        raise TypeError(str(err)) from None
+        raise TypeError(f"weights= {err}" if weights is not None and err.field in SETS else str(err)) from None
 
 
 class Model:
@@ -132,26 +140,17 @@ class Model:
             a :class:`lm.scorer.WindowScorer` each; weight them with ``score_weights``.
           weights: a weights file of ``afp tune --save`` (``--weights``); it sets the weights, so
             give it or weight options, not both.
-          options: :func:`rescore_options`.
+          options: the rescoring options, by name (:func:`rescore_options`).
         Raises:
           RescoreFailed: a lattice could not be rescored (the message says why).
         """
-        try:
-            settings = build_options(options, weights=None if weights is None else TunedWeights.read(weights),
-                                     unk_default=self.loaded.default_unk_penalty)
-        except OptionValueError:
-            raise
-        except OptionsError as err:
-            raise TypeError(f"weights= {err}" if weights is not None and err.field in SETS else str(err)) from None
+        settings = rescore_options(self, weights=weights, **options)
         symbols = read_words_txt(words) if words is not None else None
         lattices = _lattices(inputs if isinstance(inputs, (list, tuple)) else [inputs], format, symbols)
-        scorer = _old_lm(old_lm)
-        models = {name: f for name, f in (features or {}).items() if not isinstance(f, (str, Path))}
-        models.update(load_features({name: f for name, f in (features or {}).items() if isinstance(f, (str, Path))},
-                                    str(self.loaded.device), self.score_precision))
+        extra = load_extra_scorers(old_lm, features, str(self.loaded.device), self.score_precision)
         out = []
         for outcome in rescore_all(lattices, self.scorer, settings, device=self.loaded.device.type, progress=False,
-                                   old_lm=scorer, workers=workers, features=models):
+                                   old_lm=extra.old_lm, workers=workers, features=extra.features):
             if isinstance(outcome, Failure):
                 raise RescoreFailed(outcome.key, outcome.message)
             out.append(outcome)
@@ -182,11 +181,3 @@ def _lattices(inputs: Sequence[Input], fmt: str, symbols: Sequence[str] | None) 
             yield from iter_lattices([str(item)], fmt, symbols)
         else:
             yield from read_json_value(item, fmt, symbols, source="input")
-
-
-def _old_lm(old_lm: str | Path | ContextScorer | None) -> ContextScorer | None:
-    if old_lm is None or not isinstance(old_lm, (str, Path)):
-        return old_lm
-    from lm.ngram.store import load_store
-
-    return StoreScorer(load_store(old_lm))

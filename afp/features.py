@@ -45,6 +45,24 @@ def parse_features(texts: Iterable[str]) -> dict[str, str]:
     return out
 
 
+#: the ways a door names its features: ``NAME=DIR`` texts (``--feature``, repeatable), one text of
+#: them separated by commas (the server's ``AFP_FEATURES``), or a mapping of names to model
+#: directories or window scorers already loaded (:meth:`afp.Model.rescore`)
+Features = str | Iterable[str] | Mapping[str, str | Path | WindowScorer]
+
+
+def feature_specs(features: Features | None) -> dict[str, str | Path | WindowScorer]:
+    """Every feature of ``features`` (any of :data:`Features`' forms; None: none) by name: a model
+    directory, or a window scorer already loaded. A name given twice or a text that is not
+    ``NAME=DIR`` is a :class:`FeatureSpecError`."""
+    if not features:
+        return {}
+    if isinstance(features, Mapping):
+        return dict(features)
+    texts = features.split(",") if isinstance(features, str) else features
+    return dict(parse_features(text.strip() for text in texts if text.strip()))
+
+
 def load_features(specs: Mapping[str, str | Path], device: str = "cpu",
                   precision: str = "auto") -> dict[str, WindowScorer]:
     """The window scorer of each named model directory (a causal model is refused by name)."""

@@ -8,7 +8,8 @@ one thing the engine cannot know filled in here: the model's own unknown-word pe
 (``unk_default``, :attr:`lm.checkpoint.LoadedModel.default_unk_penalty`).
 
 The names are the HTTP request fields and the command-line flags (``lm_weight``, ``max_arcs``,
-``target_arcs``, ``prune_if_too_large``...); ``RescoreOptions``' own field names are accepted too.
+``target_arcs``, ``prune_if_too_large``...: each option's row of :data:`lattices.options.OPTIONS`,
+which also says what it takes and its help); ``RescoreOptions``' own field names are accepted too.
 The two expansion budgets (``target_arcs``: what a dense lattice is made small to, default 20,000,
 0 for none: dense lattices expanded whole up to ``max_arcs``; ``max_arcs``: the memory limit of every
 lattice, default 5,000,000) are whole numbers, as every count (``nbest``...): any integral number
@@ -31,13 +32,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from afp.weights import SETS, TunedWeights
-from lattices.rescore import RescoreOptionError, RescoreOptions
+from lattices.options import OPTIONS, RescoreOptionError, RescoreOptions
 
 __all__ = ["OptionValueError", "OptionsError", "build_options", "parse_score_weights", "RENAMED"]
 
-#: door names -> RescoreOptions field names (where they differ)
-RENAMED = {"lm_weight": "lm_weights", "max_arcs": "max_expanded_arcs", "target_arcs": "target_expanded_arcs",
-           "prune_if_too_large": "auto_prune"}
+#: door names -> RescoreOptions field names (where they differ), from the options' table
+RENAMED = {spec.name: spec.field for spec in OPTIONS if spec.name != spec.field}
 _FIELDS = frozenset(f.name for f in dataclasses.fields(RescoreOptions))
 
 

@@ -23,18 +23,11 @@ from typing import Any
 from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.jobs import Failure
 from afp.outputs import JobOutputs, OutputOptions
-from afp.scoring import ModelSpec
+from afp.scoring import ExtraScorers, ModelSpec, load_extra_scorers
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions
-from lattices.scorer import ContextScorer, WindowScorer
 
-__all__ = ["OPTION_NAMES", "LoadedSetup", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job",
-           "run_rescore_job"]
-
-#: the rescoring options a job passes to :func:`afp.options.build_options` (flag names, ``_`` for ``-``)
-OPTION_NAMES = ("lm_weight", "acoustic_scale", "old_lm_weight", "word_penalty", "nbest", "max_arcs", "target_arcs",
-                "prune_beam", "posteriors", "auto_prune", "score_weights", "old_lm_score", "unk_penalty", "decode",
-                "mbr_nbest", "mbr_scale", "determinize", "determinize_beam")
+__all__ = ["LoadedSetup", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job", "run_rescore_job"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +37,10 @@ class RescoreSetup:
     ``model``: the model and its scoring. ``words``: a ``words.txt`` for integer word ids.
     ``old_lm``: the n-gram (ARPA file or n-gram model directory) that built the decoding graph,
     subtracted exactly. ``features``: acausal window models, ``NAME=DIR`` each
-    (:mod:`afp.features`). ``options``: rescoring options by :data:`OPTION_NAMES` (None: not
-    given). ``weights``: a weights file of ``afp tune --save``; it sets the weights, so give it or
-    weight options, not both. ``keep_case``: look words up only as written."""
+    (:mod:`afp.features`). ``options``: rescoring options by their door names (the flags without
+    ``--``, the HTTP fields: :data:`lattices.options.OPTIONS`; ``match_case`` False for
+    ``--keep-case``; None: not given). ``weights``: a weights file of ``afp tune --save``; it sets
+    the weights, so give it or weight options, not both."""
 
     model: ModelSpec = field(default_factory=ModelSpec)
     words: str | None = None
@@ -54,7 +48,6 @@ class RescoreSetup:
     features: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     weights: str | None = None
-    keep_case: bool = False
 
     @property
     def untuned(self) -> bool:
@@ -69,39 +62,29 @@ class RescoreSetup:
 
         return read_words_txt(self.words) if self.words else None
 
-    def rescore_options(self, unk_default: float = 0.0, return_lattice: bool = False) -> RescoreOptions:
-        """The engine's options (:func:`afp.options.build_options`); ``unk_default``: the model's
-        own unknown-word penalty. Raises :class:`afp.options.OptionsError` (a ``ValueError``)
-        naming the options at fault."""
-        from afp.options import OptionsError, build_options
+    def rescore_options(self, unk_default: float = 0.0, **job_options: Any) -> RescoreOptions:
+        """The engine's options (:func:`afp.options.build_options`) from ``options``, the weights
+        file and ``job_options``, what the job itself sets (``return_lattice=True`` when it writes
+        the rescored lattices; None: not set); ``unk_default``: the model's own unknown-word penalty.
+        Raises :class:`afp.options.OptionsError` (a ``ValueError``) naming the options at fault."""
+        from afp.options import OptionsError, OptionValueError, build_options
         from afp.weights import SETS, TunedWeights
+        from lattices.options import option_spec
 
-        given = {name: self.options.get(name) for name in OPTION_NAMES}
-        given["return_lattice"] = return_lattice
-        given["match_case"] = False if self.keep_case else None
         weights = TunedWeights.read(self.weights) if self.weights else None
         try:
-            return build_options(given, weights=weights, unk_default=unk_default)
+            return build_options({**self.options, **job_options}, weights=weights, unk_default=unk_default)
         except OptionsError as err:
-            if weights is not None:
-                flags = [f"--{name.replace('_', '-')}" for name in SETS if self.options.get(name) is not None]
+            if weights is not None and not isinstance(err, OptionValueError) and err.field in SETS:
+                flags = [option_spec(name).flag_name for name in SETS if self.options.get(name) is not None]
                 raise OptionsError(f"--weights {self.weights} sets the weights: give it or {', '.join(flags)}, "
                                    "not both", err.field) from None
             raise
 
-    def old_lm_scorer(self) -> ContextScorer | None:
-        """The old LM's exact scorer (:class:`lm.ngram.store.StoreScorer`), or None."""
-        if not self.old_lm:
-            return None
-        from lm.ngram.store import StoreScorer, load_store
-
-        return StoreScorer(load_store(self.old_lm))
-
-    def feature_scorers(self, loaded: Any) -> dict[str, WindowScorer]:
-        """The window scorer of each feature, on ``loaded``'s device (:func:`afp.features.load_features`)."""
-        from afp.features import load_features, parse_features
-
-        return load_features(parse_features(self.features), str(loaded.device), self.model.precision)
+    def extra_scorers(self, loaded: Any) -> ExtraScorers:
+        """The old LM and the features, the features on ``loaded``'s device
+        (:func:`afp.scoring.load_extra_scorers`)."""
+        return load_extra_scorers(self.old_lm, self.features, str(loaded.device), self.model.precision)
 
 
 @dataclass(frozen=True)
@@ -138,10 +121,9 @@ class LoadedSetup:
         self.setup = setup
         self.symbols = setup.symbols()
         self.loaded = setup.model.load()
-        self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice)
+        self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice or None)
         self.scorer = setup.model.scorer(self.loaded)
-        self.old_lm = setup.old_lm_scorer()
-        self.features = setup.feature_scorers(self.loaded)
+        self.old_lm, self.features = setup.extra_scorers(self.loaded)
         self.untuned = setup.untuned  # the untuned-weights warning is still to be given
 
     def rescore_into(self, lattices: Iterator[Lattice], outputs: JobOutputs, workers: int = 1,
@@ -218,5 +200,6 @@ def run_rescore_cuts_job(setup: RescoreSetup, cuts: str, out: str, workers: int 
     loaded = setup.model.load()
     scorer = setup.model.scorer(loaded)
     options = setup.rescore_options(loaded.default_unk_penalty)
-    return rescore_cuts(cuts, out, scorer, options, symbols, device=loaded.device.type, old_lm=setup.old_lm_scorer(),
-                        warn=warn, features=setup.feature_scorers(loaded), workers=workers, batch_pairs=batch_pairs)
+    old_lm, features = setup.extra_scorers(loaded)
+    return rescore_cuts(cuts, out, scorer, options, symbols, device=loaded.device.type, old_lm=old_lm, warn=warn,
+                        features=features, workers=workers, batch_pairs=batch_pairs)

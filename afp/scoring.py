@@ -15,11 +15,16 @@ caller builds it directly::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lattices.scorer import ContextScorer
 
-__all__ = ["ModelSpec"]
+if TYPE_CHECKING:
+    from afp.features import Features
+    from lm.scorer import WindowScorer
+
+__all__ = ["ExtraScorers", "ModelSpec", "load_extra_scorers"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +74,33 @@ class ModelSpec:
         if interpolate:
             return mixed_scorer(loaded, self.precision, interpolate)
         return scorer_of(loaded, precision=self.precision, max_elements=max_elements)
+
+
+class ExtraScorers(NamedTuple):
+    """The scorers a rescoring uses beside its model: ``old_lm``, the first pass's n-gram,
+    subtracted exactly (None: none), and ``features``, acausal window models by name."""
+
+    old_lm: ContextScorer | None
+    features: dict[str, WindowScorer]
+
+
+def load_extra_scorers(old_lm: str | Path | ContextScorer | None = None, features: Features | None = None,
+                       device: str = "cpu", precision: str = "auto") -> ExtraScorers:
+    """The old LM and the acausal features of every door, loaded once: ``afp rescore``, ``afp tune``
+    and ``afp rescore-cuts`` (``--old-lm``, ``--feature``), the server (``AFP_OLD_LM``,
+    ``AFP_FEATURES``) and :meth:`afp.Model.rescore` (``old_lm=``, ``features=``).
+
+    ``old_lm``: an ARPA file or n-gram model directory (an exact
+    :class:`lm.ngram.store.StoreScorer`), or a scorer already made. ``features``: any form of
+    :data:`afp.features.Features`; a model directory is loaded as a window scorer on ``device`` with
+    the output ``precision`` (:func:`afp.features.load_features`), a scorer is kept as it is."""
+    from afp.features import feature_specs, load_features
+
+    if isinstance(old_lm, (str, Path)):
+        from lm.ngram.store import StoreScorer, load_store
+
+        old_lm = StoreScorer(load_store(old_lm)) if str(old_lm) else None
+    specs = feature_specs(features)
+    paths = {name: spec for name, spec in specs.items() if isinstance(spec, (str, Path))}
+    loaded = load_features(paths, device, precision)
+    return ExtraScorers(old_lm, {name: loaded.get(name, spec) for name, spec in specs.items()})

@@ -13,21 +13,28 @@ The report is :func:`afp.tune.joint_tune`'s (or :func:`afp.tune.tune`'s with a g
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from afp.rescore_job import RescoreSetup
+from afp.tune import Grid, Tuner, joint_tune
 
-if TYPE_CHECKING:
-    from afp.tune import Grid, Tuner
-
-__all__ = ["NothingSaved", "TuneJob", "TuneJobError", "comparison_text", "grid_report_lines", "joint_report_lines",
-           "parse_values", "run_tune_job"]
+__all__ = ["DEFAULT_FOLD_RESTARTS", "DEFAULT_FOLDS", "DEFAULT_RESTARTS", "DEFAULT_SEED", "GRID_DEFAULTS", "NothingSaved", "TuneJob",
+           "TuneJobError", "comparison_text", "grid_report_lines", "joint_report_lines", "load_tuner", "parse_values",
+           "run_tune_job"]
 
 #: a grid's values where its option is not given (``--lm-weights`` ...), as the options' texts
 GRID_DEFAULTS = {"lm_weights": "0:1:0.1", "old_lm_weights": "0,0.5,1", "word_penalties": "0", "unk_penalties": "0"}
+#: the joint search's defaults, :func:`afp.tune.joint_tune`'s own: random restarts, cross-validation
+#: folds and each fold's own restarts, the seed of the restarts and the bootstrap
+_SEARCH = inspect.signature(joint_tune).parameters
+DEFAULT_RESTARTS: int = _SEARCH["restarts"].default
+DEFAULT_FOLDS: int = _SEARCH["folds"].default
+DEFAULT_FOLD_RESTARTS: int = _SEARCH["fold_restarts"].default
+DEFAULT_SEED: int = _SEARCH["seed"].default
 _GRID_POINT = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
 
 
@@ -79,10 +86,10 @@ class TuneJob:
     refs: str
     format: str = "auto"
     tune_score_weights: str | None = None
-    restarts: int = 3
-    folds: int = 5
-    fold_restarts: int = 0
-    seed: int = 0
+    restarts: int = DEFAULT_RESTARTS
+    folds: int = DEFAULT_FOLDS
+    fold_restarts: int = DEFAULT_FOLD_RESTARTS
+    seed: int = DEFAULT_SEED
     baseline: str | None = None
     save: str | None = None
     grid: bool = False
@@ -102,8 +109,6 @@ class TuneJob:
 
     def grid_of(self) -> Grid:
         """The grid (:class:`afp.tune.Grid`), its values parsed and checked."""
-        from afp.tune import Grid
-
         values = {name: parse_values(getattr(self, name) or default, "--" + name.replace("_", "-"))
                   for name, default in GRID_DEFAULTS.items()}
         grid = Grid(**values)
@@ -115,27 +120,35 @@ def run_tune_job(job: TuneJob) -> dict[str, Any]:
     """Score the dev set, search, and write ``save`` (and ``plot``); the report (``saved``: the
     file written by the joint search). Raises :class:`NothingSaved` (with the report) when
     ``save`` is asked for and the joint search chose no point."""
-    from afp.jobs import iter_lattices
-    from afp.tune import Tuner
     from afp.wer import read_references
 
-    setup = job.setup
     progress = sys.stderr.isatty() if job.progress is None else job.progress
-    symbols = setup.symbols()
-    grid = job.grid_of() if job.grid_mode else None
-    refs = read_references(job.refs)
-    loaded = setup.model.load()
-    options = setup.rescore_options(loaded.default_unk_penalty)
-    tuner = Tuner(setup.model.scorer(loaded), options, refs, device=loaded.device.type, old_lm=setup.old_lm_scorer(),
-                  features=setup.feature_scorers(loaded), mbr=job.mbr)
-    tuner.add(iter_lattices(list(job.inputs), job.format, symbols), progress=progress)
+    grid = job.grid_of() if job.grid_mode else None  # checked before the long part
+    tuner = load_tuner(job, read_references(job.refs), progress)
     if grid is not None:
         return _grid_search(job, tuner, grid)
     return _joint_search(job, tuner, progress)
 
 
+def load_tuner(job: TuneJob, refs: dict[str, list[str]], progress: bool = False) -> Tuner:
+    """The job's dev set scored once (:class:`afp.tune.Tuner`): the model, the options of
+    ``job.setup`` (:meth:`RescoreSetup.rescore_options`, the model's unknown-word penalty filled
+    in), the old LM and the features, and every input added against ``refs``."""
+    from afp.jobs import iter_lattices
+
+    setup = job.setup
+    symbols = setup.symbols()
+    loaded = setup.model.load()
+    options = setup.rescore_options(loaded.default_unk_penalty)
+    old_lm, features = setup.extra_scorers(loaded)
+    tuner = Tuner(setup.model.scorer(loaded), options, refs, device=loaded.device.type, old_lm=old_lm,
+                  features=features, mbr=job.mbr)
+    tuner.add(iter_lattices(list(job.inputs), job.format, symbols), progress=progress)
+    return tuner
+
+
 def _joint_search(job: TuneJob, tuner: Tuner, progress: bool) -> dict[str, Any]:
-    from afp.tune import chosen_weights, joint_tune
+    from afp.tune import chosen_weights
     from afp.wer import read_hypotheses
 
     scores = tuple(n.strip() for n in (job.tune_score_weights or "").split(",") if n.strip())

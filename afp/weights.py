@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattices.rescore import RescoreOptions
+from lattices.options import DECODERS, RescoreOptions
 
 FORMAT = "afp-weights/1"
 FIELDS = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
@@ -91,8 +91,9 @@ class TunedWeights:
             values["score_weights"] = {str(k): _number(v, f"{source}: field score_weights.{k}")
                                        for k, v in scores.items()}
         if "decode" in data:
-            if data["decode"] not in ("viterbi", "mbr"):
-                raise WeightsFileError(f"{source}: field decode: expected viterbi or mbr, got {data['decode']!r}")
+            if data["decode"] not in DECODERS:
+                raise WeightsFileError(f"{source}: field decode: expected {' or '.join(DECODERS)}, got "
+                                       f"{data['decode']!r}")
             values["decode"] = data["decode"]
         return cls(**values, tuned=dict(data.get("tuned") or {}))
 

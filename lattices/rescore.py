@@ -20,306 +20,37 @@ best distinct word sequences, :mod:`lattices.mbr`).
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
-import operator
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, expansion_bound
+from lattices.expand import PAD, ExpansionTooLarge, expansion_bound
 from lattices.kbest import search_distinct
 from lattices.lattice import Lattice, take_extra
 from lattices.ops import check_deadline
-from lattices.scored import DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, WeightError, point_weights, score_lattice
+from lattices.options import (DECODERS, DEFAULT_DETERMINIZE_BEAM, DEFAULT_LM_WEIGHT, DEFAULT_MAX_DETERMINIZED_STATES,
+                              DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR, DETERMINIZE,
+                              NO_TARGET, RescoreOptionError, RescoreOptions)
 from lattices.reduce import prune, reduce_lattice
-from lattices.scored import old_lm_name
+from lattices.scored import (DEFAULT_ACOUSTIC_SCALE, ScoredLattice, Weights, default_acoustic_scale, old_lm_name,
+                             score_lattice)
 from lattices.scorer import ContextScorer, WindowScorer
 from lattices.search import Dag, segment_logsumexp
 
+#: the beams the input is pruned with, in turn, until its expansion fits its budget (``auto_prune``)
 AUTO_PRUNE_BEAMS = (10.0, 5.0, 2.5, 1.25, 0.5, 0.0)
-#: the front ends' untuned weights (afp rescore, POST /v1/rescore, afp.Model.rescore): the first
-#: pass's combination kept whole, as the recogniser weighed it (an n-best list's weights recovered
-#: from its totals, :func:`lattices.formats.nbest.first_pass_weights`; else the old LM at 1), and
-#: the new LM added at a quarter of the old LM's weight (``lm_weights`` None). Measured on the
-#: ESPnet LibriSpeech lists (models/librispeech, bench/results/untuned_defaults.json): the
-#: recogniser's combination plus the new LM at 0.5 of its own scale raised WER, at a quarter it
-#: stays within noise of the first pass; only tuning (afp tune) says what helps.
-DEFAULT_LM_WEIGHT = 0.25
-#: the memory limit of every lattice's expansion (arcs) at every door (the server's
-#: AFP_MAX_EXPANDED_ARCS; RescoreOptions says what happens over it)
-DEFAULT_MAX_EXPANDED_ARCS = 5_000_000
-#: the size (arcs) a dense lattice's expansion is made small to at every door (the server's
-#: AFP_TARGET_EXPANDED_ARCS): PocketSphinx dev sets, models/librispeech, one thread: 20k arcs gave a
-#: rescoring real-time factor of about 0.08, 50k about 0.12 (bench/results, commit 8fdaff3)
-DEFAULT_TARGET_EXPANDED_ARCS = 20_000
-#: a lattice is dense when its expansion bound is more than this many times its arcs: a
-#: PocketSphinx lattice's reaches 1e4 and far more at rho 4, a sparse Kaldi/AMI lattice's at most
-#: about 40, a chain's or an n-best list's 1
-DENSE_FACTOR = 100
-#: the determinization's defaults (lattices.reduce): its pruning beam on the first pass's scores
-#: and its state limit. Beam 10, not 15: on PocketSphinx lattices the fit stage keeps a beam of 5-14
-#: at the default target, and beam 10 determinizes 41-48% faster (rescoring 32%) with no loss of
-#: WER (models/librispeech/afp trained on at rho 4, first 100 utterances of each dev set, tuned on
-#: one, applied to the other: 18.11 / 23.86% against 18.75 / 23.92% at beam 15; bench.rho_sweep's
-#: runs, bench/results/rho_sweep/rho4*.json)
-DEFAULT_DETERMINIZE_BEAM: float | None = 10.0
-DEFAULT_MAX_DETERMINIZED_STATES: int | None = 20_000
-DETERMINIZE = ("auto", "always", "never")
-#: the request field of each option (where they differ)
-_FIELDS = {"lm_weights": "lm_weight"}
-DECODERS = ("viterbi", "mbr")
-#: ``target_expanded_arcs`` at every door (``--target-arcs 0``, ``target_arcs: 0``,
-#: ``AFP_TARGET_EXPANDED_ARCS=0``, ``target_arcs=0``): no target, dense lattices expanded whole up to
-#: ``max_expanded_arcs`` (stored as None)
-NO_TARGET = 0
-#: the whole-number options and what each takes (RescoreOptions checks them)
-_WHOLE = {"nbest": "a whole number of at least 1", "mbr_nbest": "a whole number of at least 1",
-          "max_kbest_paths": "a whole number of at least 1",
-          "max_expanded_arcs": "a whole number of expanded arcs, at least 1",
-          "target_expanded_arcs": f"a whole number of expanded arcs, at least 1 ({NO_TARGET}: no target)",
-          "max_determinized_states": "a whole number of states, at least 1"}
 
-__all__ = ["AUTO_PRUNE_BEAMS", "DEFAULT_ACOUSTIC_SCALE", "DEFAULT_MAX_EXPANDED_ARCS", "DEFAULT_TARGET_EXPANDED_ARCS",
-           "DENSE_FACTOR", "Hypothesis", "NO_TARGET", "Reduction", "reduction", "default_acoustic_scale", "RescoreOptionError",
-           "RescoreOptions", "RescoreResult", "prune", "rescore", "rescore_scored", "score_for_options"]
-
-
-class RescoreOptionError(ValueError):
-    """A value :class:`RescoreOptions` refuses: ``field`` names the option (its field name),
-    ``expected`` says what it takes, ``value`` is what it got. :meth:`naming` is the same message
-    under a door's spelling of the option (``target_arcs`` for ``target_expanded_arcs``)."""
-
-    def __init__(self, field: str, expected: str, value: Any) -> None:
-        self.field, self.expected, self.value = field, expected, value
-        super().__init__(self.naming(field))
-
-    def naming(self, name: str) -> str:
-        """The message with the option called ``name``."""
-        return f"{name} must be {self.expected}, got {self.value!r}"
-
-
-@dataclass(frozen=True)
-class RescoreOptions:
-    """How to combine scores and what to return. None means "from the lattice header".
-
-    How large an expansion may be: two budgets, in expanded arcs, the same at every door
-    (:func:`reduction` decides, from :func:`lattices.expand.expansion_bound`, an upper bound
-    computed in milliseconds):
-
-    * ``target_expanded_arcs`` (default :data:`DEFAULT_TARGET_EXPANDED_ARCS`, 20,000; ``--target-arcs``,
-      the request field ``target_arcs``, ``AFP_TARGET_EXPANDED_ARCS``): what a **dense** lattice is
-      made small to, for speed. Dense: its expansion bound is more than :data:`DENSE_FACTOR` (100)
-      times its arcs, as a real decoder's search lattice (PocketSphinx: 1e4 and more at rho 4).
-      Over the target it is determinized, minimized and fitted to the target (:mod:`lattices.reduce`),
-      and the result says what that kept. Capped by ``max_expanded_arcs``. :data:`NO_TARGET` (0,
-      stored as None; every door's spelling: ``--target-arcs 0``, ``target_arcs: 0``,
-      ``AFP_TARGET_EXPANDED_ARCS=0``, ``target_arcs=0``) or None: no target, a dense lattice is
-      expanded whole, exactly, up to ``max_expanded_arcs``, as every other lattice.
-    * ``max_expanded_arcs`` (default :data:`DEFAULT_MAX_EXPANDED_ARCS`, 5,000,000; ``--max-arcs``,
-      ``AFP_MAX_EXPANDED_ARCS``): the memory limit of every lattice. Chains, n-best lists and sparse
-      lattices (Kaldi, AMI: at most ~40 times their arcs at rho 4) are expanded whole, exactly,
-      up to it, never through a reduction they do not need; over it they are reduced to fit it.
-
-    ``auto_prune`` (default on, at every door): when the expansion would exceed its budget, prune to
-    fit instead of failing, and report it (``RescoreResult.pruned``: the beam, the budget it had
-    to fit, what was kept): the fit stage of :mod:`lattices.reduce`, or, for a lattice that is not
-    determinized, the input pruned with beam :data:`AUTO_PRUNE_BEAMS` (10, then halving) until it
-    fits. Off (``--no-auto-prune``, ``prune_if_too_large: false``), nothing is pruned to fit a
-    budget, the target included: a lattice whose expansion passes ``max_expanded_arcs`` after its
-    determinization and minimization fails with :class:`~lattices.expand.ExpansionTooLarge`.
-    Whole-number options (``nbest``, ``mbr_nbest``, ``max_kbest_paths``, the budgets,
-    ``max_determinized_states``) take any integral number (``int``, ``numpy.int64``...; not a
-    bool or a float) and are stored as ``int``; weights take any finite real number and are
-    stored as ``float``. A value refused raises :class:`RescoreOptionError` (a weight:
-    :class:`~lattices.scored.WeightError`), naming the option.
-    ``deadline``: ``time.monotonic()`` seconds after which the work stops with
-    :class:`~lattices.ops.DeadlineExceeded` (checked level by level).
-    A hypothesis of an n-best list carries its ``rank`` in the list (1 = the recogniser's best);
-    equal scores are ordered by it.
-    ``score_weights``: ``w_k`` of named scores (``{"decoder": 0.6, "ctc": 0.4}``); an
-    ``acoustic_scale`` sets ``w_acoustic`` unless ``score_weights`` names it.
-    ``old_lm_score``: the named score that is the old LM (default ``lm``, else ``graph``).
-    ``old_lm_weight`` None: the recogniser's own weight of its LM where the input tells it
-    (``meta["first_pass_weights"]``, recovered from an n-best list's totals), else 1; named
-    scores that ``score_weights`` leaves out take the recogniser's weights too where known.
-    ``lm_weights`` None: the untuned default, :data:`DEFAULT_LM_WEIGHT` times the old LM's
-    weight (a quarter of it); given, each is a weight of its own.
-    ``unk_penalty`` None: the model's own (:func:`afp.options.build_options` fills it in from the
-    model; the engine alone reads None as 0).
-
-    These are the one set of defaults of every door (``afp rescore``, ``afp tune``, ``POST
-    /v1/rescore``, :meth:`afp.Model.rescore`, ``afp rescore-cuts``): each builds its options with
-    :func:`afp.options.build_options`, which starts from them.
-    ``determinize``: ``auto`` (the default) makes a lattice whose expansion could pass its budget
-    (above: the target for a dense lattice, else the limit) small first, as
-    :mod:`lattices.reduce` says: determinized on words under the first pass's weights (beam
-    ``determinize_beam``, default 10; at most ``max_determinized_states`` states, default 20,000),
-    minimized, and, with ``auto_prune``, pruned to the largest beam that fits; never for
-    ``posteriors`` (they need the log semiring). ``always`` does it for every lattice (to the
-    same budget), ``never`` for none.
-    ``match_case``: a word the model does not know as written but knows in another case (``the``
-    for an upper-case model) is scored as the model spells it (:mod:`lattices.case`); results
-    keep the input's spellings.
-    ``decode``: ``viterbi`` or ``mbr``; ``mbr_nbest`` distinct hypotheses form MBR's hypothesis and
-    evidence space, with posteriors ``softmax(mbr_scale * total)``.
-    ``max_kbest_paths``: the n-best search (:mod:`lattices.kbest`) expands at most
-    ``max_kbest_paths * S`` (state, word prefix) nodes of the ``S``-state expanded lattice, on
-    average that many partial word sequences per state; None: the number of hypotheses it looks
-    for (``nbest``, ``mbr_nbest`` for MBR, every hypothesis of an n-best list). Where it stops
-    early, the result has fewer hypotheses (still the best ones, in order) and its
-    ``nbest_complete`` is false; the best path is always found.
-    """
-
-    lm_weights: tuple[float, ...] | None = None
-    acoustic_scale: float | None = None
-    old_lm_weight: float | None = None
-    word_penalty: float | None = None
-    nbest: int = 1
-    max_expanded_arcs: int | None = DEFAULT_MAX_EXPANDED_ARCS
-    target_expanded_arcs: int | None = DEFAULT_TARGET_EXPANDED_ARCS
-    prune_beam: float | None = None
-    posteriors: bool = False
-    return_lattice: bool = False
-    skip_words: frozenset[str] = DEFAULT_SKIP
-    max_kbest_paths: int | None = None
-    auto_prune: bool = True
-    deadline: float | None = None
-    score_weights: tuple[tuple[str, float], ...] = ()
-    old_lm_score: str | None = None
-    unk_penalty: float | None = None
-    decode: str = "viterbi"
-    mbr_nbest: int = 100
-    mbr_scale: float = 1.0
-    match_case: bool = True
-    determinize: str = "auto"
-    determinize_beam: float | None = DEFAULT_DETERMINIZE_BEAM
-    max_determinized_states: int | None = DEFAULT_MAX_DETERMINIZED_STATES
-
-    def __post_init__(self) -> None:
-        if isinstance(self.score_weights, dict):
-            object.__setattr__(self, "score_weights", tuple(self.score_weights.items()))
-        if isinstance(self.lm_weights, list):
-            object.__setattr__(self, "lm_weights", tuple(self.lm_weights))
-        given = {"lm_weights": self.lm_weights or (), "old_lm_weight": (self.old_lm_weight or 0.0,),
-                 "acoustic_scale": (self.acoustic_scale or 0.0,), "word_penalty": (self.word_penalty or 0.0,),
-                 "unk_penalty": (self.unk_penalty or 0.0,), "mbr_scale": (self.mbr_scale,),
-                 "score_weights": tuple(w for _, w in self.score_weights)}
-        for name, values in given.items():
-            if not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in values):
-                raise WeightError(f"{name} must be finite numbers, got {values}", _FIELDS.get(name, name))
-        for name in ("lm_weights", "old_lm_weight", "acoustic_scale", "score_weights"):
-            negative = [v for v in given[name] if v < 0]
-            if negative:  # a scale on a log-probability: below zero it would prefer the least likely
-                raise WeightError(f"{name} must not be negative (a weight of a log-probability), got {negative[0]:g}",
-                                  _FIELDS.get(name, name))
-        self._normalise_numbers()
-        if self.determinize not in DETERMINIZE:
-            raise RescoreOptionError("determinize", f"one of {DETERMINIZE}", self.determinize)
-        if self.determinize_beam is not None and not self.determinize_beam >= 0:
-            raise RescoreOptionError("determinize_beam", ">= 0", self.determinize_beam)
-        if self.decode not in DECODERS:
-            raise RescoreOptionError("decode", f"one of {DECODERS}", self.decode)
-        if self.mbr_scale < 0:
-            raise RescoreOptionError("mbr_scale", ">= 0", self.mbr_scale)
-        if self.lm_weights is not None and not self.lm_weights:
-            raise WeightError("lm_weights: give at least one weight", "lm_weight")
-        if self.prune_beam is not None and not self.prune_beam >= 0:
-            raise RescoreOptionError("prune_beam", ">= 0", self.prune_beam)
-
-    def _normalise_numbers(self) -> None:
-        """Every whole-number option checked (any integral number: ``int``, ``numpy.int64``...; not
-        a bool, not a float) and stored as an ``int``; ``target_expanded_arcs`` :data:`NO_TARGET`
-        stored as None; the weights (any real number) stored as ``float``. Raises
-        :class:`RescoreOptionError` naming the option."""
-        for name, expected in _WHOLE.items():
-            value = getattr(self, name)
-            if value is None and name not in ("nbest", "mbr_nbest"):  # the others: None is no limit
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise RescoreOptionError(name, expected, value)
-            value = operator.index(value)
-            if name == "target_expanded_arcs" and value == NO_TARGET:
-                value = None
-            elif value < 1:
-                raise RescoreOptionError(name, expected, getattr(self, name))
-            object.__setattr__(self, name, value)
-        if self.lm_weights is not None:
-            object.__setattr__(self, "lm_weights", tuple(float(w) for w in self.lm_weights))
-        object.__setattr__(self, "score_weights", tuple((k, float(w)) for k, w in self.score_weights))
-        for name in ("acoustic_scale", "old_lm_weight", "word_penalty", "unk_penalty"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, float(getattr(self, name)))
-        object.__setattr__(self, "mbr_scale", float(self.mbr_scale))
-
-    def named_weights(self, names: tuple[str, ...]) -> dict[str, float]:
-        """``w_k`` given for an input with named scores ``names``: ``score_weights``, and
-        ``acoustic_scale`` for a score named ``acoustic`` unless ``score_weights`` names it."""
-        named = dict(self.score_weights)
-        if self.acoustic_scale is not None and "acoustic" in names:
-            named.setdefault("acoustic", self.acoustic_scale)
-        return named
-
-    def at_point(self, point: Mapping[str, float]) -> RescoreOptions:
-        """These options at a point of ``afp tune``'s search (:func:`lattices.scored.point_weights`:
-        ``lm_weight``, ``old_lm_weight``, ``word_penalty``, ``unk_penalty`` and ``score:NAME``
-        entries over these options' own named weights), one LM weight, best path only."""
-        weights = point_weights(point, dict(self.score_weights))
-        return dataclasses.replace(self, lm_weights=(weights.lm_weight,), old_lm_weight=weights.old_lm_weight,
-                                   word_penalty=weights.word_penalty, unk_penalty=weights.unk_penalty,
-                                   score_weights=tuple(weights.score_weights.items()), decode="viterbi", nbest=1)
-
-    def old_weight(self, scored: ScoredLattice) -> float:
-        """The old LM's weight on ``scored``: ``old_lm_weight``, else the recogniser's own, else 1."""
-        if self.old_lm_weight is not None:
-            return self.old_lm_weight
-        old = scored.recogniser_weights()[1]
-        return 1.0 if old is None else old
-
-    def lm_weights_for(self, scored: ScoredLattice) -> tuple[float, ...]:
-        """The new LM's weights on ``scored``: ``lm_weights``, else :data:`DEFAULT_LM_WEIGHT` times
-        the old LM's weight."""
-        return self.lm_weights if self.lm_weights is not None else (DEFAULT_LM_WEIGHT * self.old_weight(scored),)
-
-    def weights(self, lm_weight: float, scored: ScoredLattice) -> Weights:
-        """The weight setting for one (absolute) LM weight, header defaults filled in."""
-        penalty = self.word_penalty if self.word_penalty is not None else scored.default_word_penalty
-        named = scored.recogniser_weights()[0]
-        return Weights(lm_weight=lm_weight, old_lm_weight=self.old_weight(scored), word_penalty=penalty,
-                       unk_penalty=self.unk_penalty or 0.0, score_weights={**named, **self.named_weights(scored.named)})
-
-    def scales_for(self, lattice: Lattice) -> tuple[float, float]:
-        """``(acoustic_scale, word_penalty)`` for ``lattice``, header defaults filled in."""
-        lmscale = lattice.meta.get("lmscale")
-        acoustic = dict(self.score_weights).get("acoustic", self.acoustic_scale)
-        if acoustic is None:
-            acoustic = default_acoustic_scale(lattice)
-        penalty = self.word_penalty
-        if penalty is None:
-            penalty = float(lattice.meta.get("wdpenalty", 0.0)) / float(lmscale) if lmscale else 0.0
-        return acoustic, penalty
-
-
-def default_acoustic_scale(lattice: Lattice) -> float:
-    """The weight of a lattice's ``acoustic`` score when none is given, by where it came from:
-
-    ===========================  =============================================================
-    HTK SLF with ``lmscale=S``   ``1/S`` (the header's own scale)
-    k2 (icefall)                 1.0: icefall's lattice scores are already scaled
-    everything else              0.1 (:data:`DEFAULT_ACOUSTIC_SCALE`: Kaldi's usual 1/LMWT with
-                                 LMWT 10; HTK without ``lmscale``, OpenFst, JSON, n-best lists)
-    ===========================  =============================================================
-    """
-    lmscale = lattice.meta.get("lmscale")
-    if lmscale:
-        return 1.0 / float(lmscale)
-    if any(str(name).startswith("k2") for name in lattice.meta):
-        return 1.0
-    return DEFAULT_ACOUSTIC_SCALE
+#: :mod:`lattices.options` defines the options type, its defaults and their table; they are
+#: importable from here as well, where the engine that reads them is
+__all__ = ["AUTO_PRUNE_BEAMS", "DECODERS", "DEFAULT_ACOUSTIC_SCALE", "DEFAULT_DETERMINIZE_BEAM", "DEFAULT_LM_WEIGHT",
+           "DEFAULT_MAX_DETERMINIZED_STATES", "DEFAULT_MAX_EXPANDED_ARCS", "DEFAULT_TARGET_EXPANDED_ARCS",
+           "DENSE_FACTOR", "DETERMINIZE", "Hypothesis", "NO_TARGET", "Reduction", "reduction",
+           "default_acoustic_scale", "RescoreOptionError", "RescoreOptions", "RescoreResult", "prune", "rescore",
+           "rescore_scored", "score_for_options"]
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,24 @@ DEFAULT_ACOUSTIC_SCALE = 0.1
 TAIL = ("old_lm", "new_lm", "unk", "words")
 
 
+def default_acoustic_scale(lattice: Lattice) -> float:
+    """The weight of a lattice's ``acoustic`` score when none is given, by where it came from:
+
+    ===========================  =============================================================
+    HTK SLF with ``lmscale=S``   ``1/S`` (the header's own scale)
+    k2 (icefall)                 1.0: icefall's lattice scores are already scaled
+    everything else              0.1 (:data:`DEFAULT_ACOUSTIC_SCALE`: Kaldi's usual 1/LMWT with
+                                 LMWT 10; HTK without ``lmscale``, OpenFst, JSON, n-best lists)
+    ===========================  =============================================================
+    """
+    lmscale = lattice.meta.get("lmscale")
+    if lmscale:
+        return 1.0 / float(lmscale)
+    if any(str(name).startswith("k2") for name in lattice.meta):
+        return 1.0
+    return DEFAULT_ACOUSTIC_SCALE
+
+
 class WeightError(ValueError):
     """A weight setting that cannot be used; ``field`` is the option at fault (``lm_weight``,
     ``score_weights``...)."""

@@ -232,22 +232,15 @@ def _load_runtime(settings: Settings, metrics: Metrics):
     scorer = BatchingScorer(scorer_of(loaded, precision=settings.score_precision), enabled=settings.batching_on(loaded.device.type),
                             max_wait=settings.batch_max_wait_ms / 1000, max_pairs=settings.batch_max_pairs,
                             on_batch=metrics.on_batch)
-    old_lm = None
-    if settings.old_lm is not None:
-        from lm.ngram.store import StoreScorer, load_store
-
-        old_lm = StoreScorer(load_store(settings.old_lm))
     weights = None
     if settings.weights is not None:
         from afp.weights import TunedWeights
 
         weights = TunedWeights.read(settings.weights)
-    features = {}
-    if settings.features:
-        from afp.features import load_features, parse_features
+    from afp.scoring import load_extra_scorers
 
-        features = load_features(parse_features(part.strip() for part in settings.features.split(",") if part.strip()),
-                                 str(loaded.device), settings.score_precision)
+    old_lm, features = load_extra_scorers(settings.old_lm, settings.features, str(loaded.device),
+                                          settings.score_precision)
     return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm, weights=weights,
                    features=features)
 

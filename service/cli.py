@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from afp.rescore_job import RescoreSetup
     from afp.scoring import ModelSpec
+    from afp.tune_job import TuneJob
 
 #: one-line help for the training options generated from the config dataclasses
 _HELP = {
@@ -100,11 +101,11 @@ def _model(args: argparse.Namespace) -> ModelSpec:
 
 def _setup(args: argparse.Namespace) -> RescoreSetup:
     """The options ``rescore``, ``tune`` and ``rescore-cuts`` share, as an :class:`afp.rescore_job.RescoreSetup`."""
-    from afp.rescore_job import OPTION_NAMES, RescoreSetup
+    from afp.rescore_job import RescoreSetup
+    from service.option_flags import given_options
 
     return RescoreSetup(model=_model(args), words=args.words, old_lm=args.old_lm, features=tuple(args.feature or ()),
-                        options={name: getattr(args, name, None) for name in OPTION_NAMES},
-                        weights=getattr(args, "weights", None), keep_case=args.keep_case)
+                        options=given_options(args), weights=getattr(args, "weights", None))
 
 
 def _command(args: argparse.Namespace, inputs: Sequence[str] = ()) -> str:
@@ -243,15 +244,21 @@ def _rescore_corpus(args: argparse.Namespace) -> None:
         raise CLIError(f"{summary.failure_message()} (all of them in {job.summary_path})")
 
 
-def cmd_tune(args: argparse.Namespace) -> None:
-    from afp.tune_job import NothingSaved, TuneJob, grid_report_lines, joint_report_lines, run_tune_job
+def _tune_job(args: argparse.Namespace) -> TuneJob:
+    """``afp tune``'s flags as an :class:`afp.tune_job.TuneJob`."""
+    from afp.tune_job import TuneJob
 
-    job = TuneJob(setup=_setup(args), inputs=tuple(args.inputs), refs=args.refs, format=args.format,
-                  tune_score_weights=args.tune_score_weights, restarts=args.restarts, folds=args.folds, seed=args.seed,
-                  baseline=args.baseline, save=args.save, grid=args.grid, lm_weights=args.lm_weights,
-                  old_lm_weights=args.old_lm_weights, word_penalties=args.word_penalties,
-                  unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot,
-                  command=_command(args, args.inputs))
+    return TuneJob(setup=_setup(args), inputs=tuple(args.inputs), refs=args.refs, format=args.format,
+                   tune_score_weights=args.tune_score_weights, restarts=args.restarts, folds=args.folds,
+                   fold_restarts=args.fold_restarts, seed=args.seed, baseline=args.baseline, save=args.save, grid=args.grid, lm_weights=args.lm_weights,
+                   old_lm_weights=args.old_lm_weights, word_penalties=args.word_penalties,
+                   unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot, command=_command(args, args.inputs))
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    from afp.tune_job import NothingSaved, grid_report_lines, joint_report_lines, run_tune_job
+
+    job = _tune_job(args)
     try:
         report = run_tune_job(job)
     except NothingSaved as err:
@@ -306,47 +313,20 @@ def _add_score_precision(p: argparse.ArgumentParser) -> None:
                         "; for serve: $AFP_SCORE_PRECISION, else auto)")
 
 
-def _add_common_scoring_options(p: argparse.ArgumentParser) -> None:
-    """Options of both ``rescore`` and ``tune`` (the score combination is in lattices/scored.py)."""
-    from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR, NO_TARGET
+def _add_common_scoring_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
+    """Options of ``rescore``, ``rescore-cuts`` and (``tune``) ``tune``: what the rescoring reads
+    besides its model, and the rescoring options' flags (:func:`service.option_flags.add_option_flags`)."""
+    from service.option_flags import add_option_flags
 
     p.add_argument("--words", metavar="words.txt", help="symbol table for integer word ids")
     _add_score_precision(p)
-    p.add_argument("--acoustic-scale", type=float, help="weight of a score named acoustic; default: 1/lmscale "
-                                                        "from the header, else 0.1")
-    p.add_argument("--score-weights", metavar="NAME=W,...",
-                   help="weights of named first-pass scores, e.g. decoder=0.6,ctc=0.4 (unset: 1; acoustic: "
-                        "--acoustic-scale)")
-    p.add_argument("--old-lm-score", metavar="NAME", help="the named score that is the old LM (default lm, else graph)")
     p.add_argument("--old-lm", metavar="ARPA", help="the n-gram that built the decoding graph: its exact score "
                                                     "replaces the old-LM part of the graph score (Kaldi lmrescore)")
     p.add_argument("--feature", action="append", metavar="NAME=DIR",
                    help="an acausal window model (afp train --future K) as the named score NAME: each path's "
                         "pseudo-log-likelihood, its words scored from the words around them; weight it with "
                         "--score-weights NAME=W (unset: 1; afp tune tunes it from 0); repeatable")
-    p.add_argument("--keep-case", action="store_true",
-                   help="look words up in the model only as written (default: a word the model knows only in "
-                        "another case, such as PocketSphinx's lower-case words for an upper-case model, is scored "
-                        "as the model spells it; results keep the input's spellings)")
-    p.add_argument("--prune-beam", type=float, help="prune the input lattice to this beam first (default: no pruning)")
-    p.add_argument("--target-arcs", type=_target_arcs, metavar="N",
-                   help=f"the expansion a dense lattice (a decoder's search lattice: expansion bound over "
-                        f"{DENSE_FACTOR} times its arcs) is made small to, for speed: determinize, minimize, prune "
-                        f"to fit (default {DEFAULT_TARGET_EXPANDED_ARCS}; at most --max-arcs; {NO_TARGET}: no "
-                        f"target, dense lattices expanded whole up to --max-arcs)")
-    p.add_argument("--max-arcs", type=_positive, metavar="N",
-                   help=f"the memory limit of every lattice's expansion (arcs; default {DEFAULT_MAX_EXPANDED_ARCS}): "
-                        f"chains, n-best lists and sparse lattices are expanded whole up to it")
-    p.add_argument("--auto-prune", action=argparse.BooleanOptionalAction, default=None,
-                   help="over the budget, prune to fit and report it (the default); --no-auto-prune fails instead "
-                        "(and does not prune a dense lattice to --target-arcs)")
-    p.add_argument("--determinize", choices=["auto", "always", "never"],
-                   help="make a lattice small before expanding it (determinize on words, minimize: lattices/reduce.py): "
-                        "auto (default) when its expansion could pass the budget, always, or never")
-    p.add_argument("--determinize-beam", type=float,
-                   help="the determinization's pruning beam on the first pass's scores (default 10)")
-    p.add_argument("--mbr-nbest", type=int, default=100, help="distinct hypotheses MBR decoding weighs (default 100)")
-    p.add_argument("--mbr-scale", type=float, default=1.0, help="MBR posteriors: softmax(scale * total score) (default 1)")
+    add_option_flags(p, tune)
 
 
 def _positive(text: str) -> int:
@@ -360,40 +340,11 @@ def _positive(text: str) -> int:
     return value
 
 
-def _target_arcs(text: str) -> int:
-    """An argparse type: ``--target-arcs``, a whole number of at least 1 or 0 (no target)."""
-    from lattices.rescore import NO_TARGET
-
-    try:
-        if int(text) == NO_TARGET:
-            return NO_TARGET
-    except ValueError:
-        pass  # _positive says what is wrong with it
-    return _positive(text)
-
-
 def _add_rescore_options(p: argparse.ArgumentParser) -> None:
-    from lattices.rescore import RescoreOptions
-
     _add_common_scoring_options(p)
-    nbest = RescoreOptions.__dataclass_fields__["nbest"].default
-    p.add_argument("--nbest", type=int, default=nbest, help=f"distinct word sequences to return (default {nbest})")
-    p.add_argument("--lm-weight", type=float, action="append",
-                   help="weight of the new LM (repeat to evaluate several in one pass; untuned default: a quarter "
-                        "of the old LM's weight)")
     p.add_argument("--weights", metavar="JSON", help="the weights afp tune --save wrote (instead of --lm-weight, "
                                                     "--old-lm-weight, --word-penalty, --unk-penalty, --score-weights, "
                                                     "--decode)")
-    p.add_argument("--old-lm-weight", type=float, help="0 replaces the old LM, 1 keeps it (untuned default: the "
-                   "recogniser's own weight of its LM, recovered from an n-best list's totals, else 1; named scores "
-                   "--score-weights leaves out take the recogniser's weights too)")
-    p.add_argument("--word-penalty", type=float, help="per LM word; default: wdpenalty/lmscale, else 0")
-    p.add_argument("--unk-penalty", type=float, help="log-probability added to each word the new LM scores as <unk> "
-                   "(default: the model's own, -log of the distinct training words it maps to <unk>; afp info)")
-    p.add_argument("--decode", choices=["viterbi", "mbr"],
-                   help="best path, or minimum Bayes risk (least expected word errors) (default viterbi)")
-    p.add_argument("--posteriors", action="store_true",
-                   help="word posteriors of the best path, one per word (JSON best.word_posteriors; CTM confidence)")
 
 
 def _add_workers(p: argparse.ArgumentParser) -> None:
@@ -495,6 +446,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from afp.tune_job import DEFAULT_FOLD_RESTARTS, DEFAULT_FOLDS, DEFAULT_RESTARTS, DEFAULT_SEED, GRID_DEFAULTS
     from lm.config import ModelConfig, PrepareConfig, TrainConfig
     from lm.jobs import TRAIN_MODEL_DEFAULTS
     from lm.model import DEFAULT_SCORE_ELEMENTS
@@ -569,13 +521,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refs", required=True, metavar="REFS",
                    help="references: Kaldi text (uttid words), sclite trn (words (spk-uttid)), or a lhotse "
                         "SupervisionSet/CutSet manifest")
-    _add_common_scoring_options(p)
+    _add_common_scoring_options(p, tune=True)
     p.add_argument("--tune-score-weights", metavar="NAME,...",
                    help="also tune the weights of these named first-pass scores (e.g. decoder,ctc; default: none)")
-    p.add_argument("--restarts", type=int, default=3, help="random restarts of the joint search (default 3)")
-    p.add_argument("--folds", type=int, default=5,
-                   help="cross-validation folds for the expected WER on new data (default 5; 1: none)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the restarts and the bootstrap (default 0)")
+    p.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS,
+                   help=f"random restarts of the joint search (default {DEFAULT_RESTARTS})")
+    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS,
+                   help=f"cross-validation folds for the expected WER on new data (default {DEFAULT_FOLDS}; 1: none)")
+    p.add_argument("--fold-restarts", type=int, default=DEFAULT_FOLD_RESTARTS,
+                   help=f"random restarts of each fold's search (default {DEFAULT_FOLD_RESTARTS}: the folds search from "
+                        f"the first pass's point only)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help=f"seed of the restarts and the bootstrap (default {DEFAULT_SEED})")
     p.add_argument("--baseline", metavar="HYPS",
                    help="the recogniser's own 1-best (trn or Kaldi text, e.g. PocketSphinx's hyp.trn): reported, and "
                         "--save writes nothing when the chosen point is worse than it on this dev set")
@@ -583,10 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "default: not written)")
     p.add_argument("--grid", action="store_true",
                    help="evaluate a grid instead of the joint search (also implied by the grid options below)")
-    p.add_argument("--lm-weights", help="grid: new-LM weights to try (default 0:1:0.1)")
-    p.add_argument("--old-lm-weights", help="grid: old-LM weights to try (default 0,0.5,1)")
-    p.add_argument("--word-penalties", help="grid: word penalties to try (default 0)")
-    p.add_argument("--unk-penalties", help="grid: unknown-word penalties to try (default 0)")
+    for name, what in (("lm_weights", "new-LM weights"), ("old_lm_weights", "old-LM weights"),
+                       ("word_penalties", "word penalties"), ("unk_penalties", "unknown-word penalties")):
+        p.add_argument("--" + name.replace("_", "-"), help=f"grid: {what} to try (default {GRID_DEFAULTS[name]})")
     p.add_argument("--mbr", action="store_true", help="grid: also evaluate MBR decoding at every grid point")
     p.add_argument("--plot", metavar="PNG", help="write WER against the LM weight")
     p.add_argument("--top", type=int, default=15, help="grid rows to print (best first)")

@@ -145,11 +145,9 @@ def options_for(request: RescoreRequest, settings: Settings, default_weights: Tu
     """The engine's options of a request: its fields, over the request's ``weights`` (a weights
     file's object) or else the server's ``AFP_WEIGHTS`` (``default_weights``); a weight field the
     request sets itself wins over both."""
-    if request.nbest > settings.max_nbest:
+    if request.nbest > settings.max_nbest:  # the server's own limit (AFP_MAX_NBEST); the engine's are the schema's
         raise APIError(422, "invalid_request", f"nbest {request.nbest} is over the limit {settings.max_nbest}",
                        field="nbest")
-    if isinstance(request.lm_weight, list) and not 1 <= len(request.lm_weight) <= 32:
-        raise APIError(422, "invalid_request", "give 1 to 32 LM weights", field="lm_weight")
     given = {name: getattr(request, name) for name in request.model_fields_set
              if name in RescoreOptionsModel.model_fields and name not in ("weights", "features")}
     given.update(max_arcs=settings.max_expanded_arcs)  # the server's memory limit: a request cannot raise it

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, create_model, field_validator
 
 from lattices.formats import READ_FORMATS, TEXT_FORMATS
 from lattices.lattice import describe
-from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_TARGET_EXPANDED_ARCS, DENSE_FACTOR, NO_TARGET
+from lattices.options import DEFAULT_TARGET_EXPANDED_ARCS, OPTIONS, OptionSpec
 
 #: every format lattices.formats reads, but a directory of files (espnet-nbest)
 LatticeFormat = Literal[tuple(["auto", *(f for f in READ_FORMATS if f != "espnet-nbest")])]  # type: ignore[valid-type]
@@ -21,51 +21,53 @@ Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 KALDI_EXAMPLE = "utt1\n0 1 YEAH 1.5,120.2,\n0 1 YES 2.0,119.0,\n1 2 I 1.0,80.5,\n2 3 THINK 2.5,150.0,\n3 4 SO 1.0,90.0,\n4\n"
 
 
-class RescoreOptionsModel(BaseModel):
-    """How to combine scores; null means "from the lattice header" (HTK lmscale/wdpenalty)."""
+#: how a request's descriptions name an option that is the server's, not a request field
+SERVER_OPTIONS = {"max_arcs": "the server's AFP_MAX_EXPANDED_ARCS"}
+#: request fields whose unset value is the server's setting, not RescoreOptions' default
+SERVER_DEFAULTS = {"target_arcs": f"the server's AFP_TARGET_EXPANDED_ARCS (default {DEFAULT_TARGET_EXPANDED_ARCS})"}
+
+
+def _value_type(spec: OptionSpec) -> Any:
+    """The request type of an option's values (:data:`lattices.options.Kind`), with its bounds."""
+    low = spec.minimum if spec.off is None or spec.minimum is None else min(spec.off, spec.minimum)
+    if spec.kind == "count":
+        return Annotated[int, Strict(), Field(ge=low, le=spec.maximum)]
+    if spec.kind == "number":
+        return Annotated[float, Field(ge=low, le=spec.maximum, allow_inf_nan=False)]
+    if spec.kind == "weights":
+        return Weight | Annotated[list[Weight], Field(min_length=1, max_length=spec.maximum)]
+    if spec.kind == "choice":
+        return Literal[spec.choices]  # type: ignore[valid-type]
+    return {"weight": Weight, "penalty": Finite, "named_weights": dict[str, Weight], "switch": bool,
+            "name": str}[spec.kind]
+
+
+def request_field(spec: OptionSpec) -> tuple[Any, Any]:
+    """An option as a request field: its type and bounds, default and description, all from its
+    spec (:data:`lattices.options.OPTIONS`) and ``RescoreOptions``' default; null where the option
+    may be unset (it means: not given)."""
+    default = spec.default if spec.default != () else None  # no named weights: unset
+    description = spec.describe(lambda name: SERVER_OPTIONS.get(name, name))
+    if spec.name in SERVER_DEFAULTS:
+        default = None
+        description += f". Unset or null: {SERVER_DEFAULTS[spec.name]}"
+    kind = _value_type(spec)
+    return (kind | None if spec.nullable or default is None else kind), Field(default=default, description=description)
+
+
+#: the request fields of every option a request may set, in the order of lattices.options.OPTIONS
+_OptionFields = create_model("_OptionFields", __config__=ConfigDict(extra="forbid"),
+                             **{spec.name: request_field(spec) for spec in OPTIONS if spec.http})
+
+
+class RescoreOptionsModel(_OptionFields):  # type: ignore[misc, valid-type]
+    """How to combine scores and what to return. A field left out (or null) is not given: the engine's
+    default, which for some options is read from the lattice (HTK lmscale/wdpenalty) or the model
+    (unk_penalty). The option fields are generated from :data:`lattices.options.OPTIONS`
+    (:func:`request_field`), so their defaults and limits are the engine's."""
 
     model_config = ConfigDict(extra="forbid")
 
-    nbest: int = Field(default=1, ge=1, description="distinct word sequences to return")
-    lm_weight: Weight | Annotated[list[Weight], Field(min_length=1, max_length=32)] = Field(
-        default=DEFAULT_LM_WEIGHT, description=f"new-LM weight, or a list of 1 to 32 evaluated in one pass; unset: the "
-                                               f"untuned default, {DEFAULT_LM_WEIGHT:g} times the old LM's weight")
-    old_lm_weight: Weight | None = Field(
-        default=None, description="0 replaces the old LM, 1 keeps it; unset: the recogniser's own weight of its LM "
-                                  "where the input tells it (an n-best list's totals), else 1")
-    acoustic_scale: Weight | None = Field(default=None, description="default 1/lmscale from the header, else 0.1")
-    word_penalty: Finite | None = Field(default=None, description="per LM word; default wdpenalty/lmscale, else 0")
-    prune_beam: float | None = Field(default=None, gt=0, description="prune the input to this beam first")
-    target_arcs: StrictInt | None = Field(
-        default=None, ge=NO_TARGET, description=f"the expansion (arcs) a dense lattice (a decoder's search lattice: "
-                                                f"expansion bound over {DENSE_FACTOR} times its arcs) is made small to, "
-                                                f"for speed: determinize, minimize, prune to fit; at most the server's "
-                                                f"AFP_MAX_EXPANDED_ARCS, which every lattice must fit. {NO_TARGET}: no "
-                                                f"target, a dense lattice is expanded whole up to that limit. Unset or "
-                                                f"null: the server's AFP_TARGET_EXPANDED_ARCS (default "
-                                                f"{DEFAULT_TARGET_EXPANDED_ARCS})")
-    prune_if_too_large: bool = Field(default=True, description="when the expansion would pass the budget, prune "
-                                                               "to fit and report it (pruned); false: fail with 422")
-    determinize: Literal["auto", "always", "never"] = Field(
-        default="auto", description="make the lattice small before expanding (determinize on words, minimize): "
-                                    "auto when its expansion could pass the budget")
-    determinize_beam: Finite | None = Field(default=None, ge=0.0, description="the determinization's pruning beam "
-                                                                               "(unset: the engine's default, 10)")
-    posteriors: bool = Field(default=False, description="word posteriors of the best path")
-    return_lattice: bool = Field(default=False, description="return the rescored lattice in the input format")
-    score_weights: dict[str, Weight] | None = Field(
-        default=None, description="weights of named first-pass scores, e.g. {\"decoder\": 0.6, \"ctc\": 0.4}; unset "
-                                  "names weigh 1 (acoustic: acoustic_scale)")
-    old_lm_score: str | None = Field(default=None, description="the named score that is the old LM (default lm, "
-                                                               "else graph)")
-    unk_penalty: Finite = Field(default=0.0, description="log-probability added to each word scored as <unk>; "
-                                                         "unset: the model's own (GET /v1/models, default_unk_penalty)")
-    decode: Literal["viterbi", "mbr"] = Field(default="viterbi", description="best path, or minimum Bayes risk")
-    match_case: bool = Field(default=True, description="a word the model knows only in another case (lower-case "
-                                                       "input, upper-case model) is scored as the model spells it; "
-                                                       "results keep the input's spellings. false: as written only")
-    mbr_nbest: int = Field(default=100, ge=1, le=300, description="distinct hypotheses MBR decoding weighs")
-    mbr_scale: Finite = Field(default=1.0, ge=0.0, description="MBR posteriors: softmax(scale * total score)")
     features: list[str] | None = Field(
         default=None, max_length=16,
         description="which of the server's acausal window models (AFP_FEATURES, GET /v1/models) to add as named "

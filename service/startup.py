@@ -48,9 +48,9 @@ def server_settings(overrides: Mapping[str, Any]) -> Settings:
     if settings.old_lm is not None and not settings.old_lm.is_file():
         raise SettingsError(f"{settings.old_lm}: no such file (--old-lm / AFP_OLD_LM)")
     if settings.features:  # a bad feature is one line now, not a failed start-up later
-        from afp.features import parse_features
+        from afp.features import feature_specs
 
-        for name, path in parse_features(p.strip() for p in settings.features.split(",") if p.strip()).items():
+        for name, path in feature_specs(settings.features).items():
             if not (Path(path) / "config.json").is_file():
                 raise SettingsError(f"feature {name!r}: {path}: not a model directory (--feature / AFP_FEATURES)")
     return settings

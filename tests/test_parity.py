@@ -11,17 +11,15 @@ model and an n-gram, as the bundled defaults are).
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from afp.compare import SCORE_TOLERANCE
-from afp.tune import Tuner
 from lattices.formats import read_lattice_file
-from afp.mixtures import open_model, scorer_of, write_mixture
-from lattices.rescore import RescoreOptions
-from lm.ngram import NgramScorer, read_arpa
+from afp.mixtures import write_mixture
 from service.cli import main
 from tests.factories import saved_model
 from tests.lm.test_ngram import HAND
@@ -103,6 +101,7 @@ def setup(tmp_path_factory) -> Path:
     (root / "lattices.txt").write_text(LATTICES)
     (root / "lattices-upper.txt").write_text(upper_case(LATTICES))
     (root / "nbest.json").write_text(json.dumps(NBEST))
+    (root / "refs.txt").write_text("".join(f"{key} {words}\n" for key, words in REFERENCES.items()))
     (root / "G.arpa").write_text(HAND)
     write_mixture(root / "mixture", [root / "model", root / "G.arpa"], [0.7, 0.3])
     return root
@@ -132,13 +131,24 @@ def http_answer(root: Path, name: str, model: str = "model") -> Answer:
 
 
 def tune_answer(root: Path, name: str, model: str = "model") -> Answer:
-    path, fmt, _, fields = CASES[name]
-    options = RescoreOptions(score_weights=tuple(fields.get("score_weights", {}).items()),
-                             mbr_scale=fields.get("mbr_scale", 1.0))
-    scorer = scorer_of(open_model(root / model))
-    tuner = Tuner(scorer, options, {k: v.split() for k, v in REFERENCES.items()}, old_lm=NgramScorer(
-        read_arpa(root / "G.arpa")), mbr=fields.get("decode") == "mbr")
-    tuner.add(read_lattice_file(root / path, fmt))
+    """``afp tune``'s tuner made as the command makes it (:func:`service.cli._tune_job`,
+    :func:`afp.tune_job.load_tuner`), with the case's flags that ``afp tune`` takes; the weights it
+    tunes are the point it decides at."""
+    from afp.tune_job import load_tuner
+    from afp.wer import read_references
+    from service.cli import _tune_job, build_parser
+
+    path, fmt, flags, fields = CASES[name]
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    takes = commands.choices["tune"]._option_string_actions
+    given = [word for flag, value in zip(flags[::2], flags[1::2]) if flag in takes for word in (flag, value)]
+    argv = ["tune", "--model", str(root / model), "--format", fmt, "--old-lm", str(root / "G.arpa"), "--refs",
+            str(root / "refs.txt"), *given, *(["--mbr"] if fields.get("decode") == "mbr" else []), str(root / path)]
+    args = parser.parse_args(argv)
+    args.argv = argv
+    job = _tune_job(args)
+    tuner = load_tuner(job, read_references(job.refs))
     out: Answer = {}
     for weight in LM_WEIGHTS:
         point = {"lm_weight": weight, "old_lm_weight": fields.get("old_lm_weight", 1.0),  # no totals: the old LM at 1

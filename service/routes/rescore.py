@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from afp.options import OptionsError, parse_score_weights
+from lattices.options import OPTIONS, option_spec
 from service.bodies import is_json_type, json_response, parse_json, validate
 from service.deps import RuntimeDep, in_worker
 from service.engine import Runtime, rescore_request
@@ -28,6 +30,9 @@ _BODY = {
 
 #: the options a raw-body request takes as query parameters (a weights object goes in a JSON body)
 QUERY_OPTIONS = tuple(name for name in RescoreOptionsModel.model_fields if name != "weights")
+#: the whole-number options, whose query text is read as an integer
+_COUNTS = frozenset(spec.name for spec in OPTIONS if spec.http and spec.kind == "count")
+_WHOLE = re.compile(r"[+-]?[0-9]{1,18}")  # longer: left as text, refused by the schema
 
 
 def _query_parameters() -> list[dict[str, Any]]:
@@ -38,7 +43,8 @@ def _query_parameters() -> list[dict[str, Any]]:
     for name in ("format", *QUERY_OPTIONS):
         field = schema["properties"][name]
         if name == "lm_weight":
-            prop: dict[str, Any] = {"type": "array", "items": {"type": "number", "minimum": 0}, "maxItems": 32}
+            prop: dict[str, Any] = {"type": "array", "items": {"type": "number", "minimum": 0},
+                                    "maxItems": option_spec(name).maximum}
             text = "new-LM weight; repeat it (lm_weight=0.3&lm_weight=0.5) for several in one pass"
         elif name == "score_weights":
             prop = {"type": "string", "pattern": r"^\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*(,\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*)*$"}
@@ -68,6 +74,8 @@ def _from_query(query: list[tuple[str, str]], text: str) -> RescoreRequest:
             params.setdefault("lm_weight", []).append(value)
         elif name == "score_weights":
             params[name] = _score_weights(value)
+        elif name in _COUNTS and _WHOLE.fullmatch(value.strip()):
+            params[name] = int(value)  # a JSON body's count is an integer (strict); a query's is its text
         else:
             params[name] = value
     if len(params.get("lm_weight", [])) == 1:

@@ -103,7 +103,7 @@ def test_the_setup_builds_options_and_names_flags_beside_a_weights_file(tmp_path
     options = RescoreSetup(weights=str(weights)).rescore_options(unk_default=-4.0)
     assert options.lm_weights == (0.7,) and options.old_lm_weight == 0.2 and options.word_penalty == 1.5
     assert options.unk_penalty == -4.0 and options.match_case is not False
-    given = RescoreSetup(options={"lm_weight": [0.3, 0.6], "nbest": 3, "max_arcs": 99}, keep_case=True)
+    given = RescoreSetup(options={"lm_weight": [0.3, 0.6], "nbest": 3, "max_arcs": 99, "match_case": False})
     options = given.rescore_options(unk_default=-2.0, return_lattice=True)
     assert options.lm_weights == (0.3, 0.6) and options.nbest == 3 and options.max_expanded_arcs == 99
     assert options.return_lattice and options.match_case is False and options.unk_penalty == -2.0

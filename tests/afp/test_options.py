@@ -3,8 +3,10 @@ RescoreOptions' own, resolved on a lattice to numbers a reader can check by hand
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from lattices.rescore import DEFAULT_LM_WEIGHT, DEFAULT_MAX_EXPANDED_ARCS, Resco
 from lattices.scored import WeightError
 from service.cli import main
 from tests.factories import make_model, saved_model, tiny_vocab
-from lm.checkpoint import LoadedModel
+from lm.checkpoint import LoadedModel, save_checkpoint
 from lm.scorer import LMScorer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,42 +27,104 @@ REPO = Path(__file__).resolve().parents[2]
 LATTICE = "u\n0 1 the 1,10,\n0 1 a 3,10,\n1 2 cat 1,10,\n2\n\n"
 
 
-def test_nothing_given_is_the_documented_defaults():
-    options = build_options({}, unk_default=-2.5)
-    assert options == RescoreOptions(unk_penalty=-2.5)
-    assert options.lm_weights is None and options.old_lm_weight is None and options.word_penalty is None
-    assert options.match_case and options.nbest == 1 and options.decode == "viterbi"
+# ------------------------------------------------------- each door, given nothing, gives the engine's defaults
+UNK_TYPES = 7  # the door tests' model mapped 7 distinct training words to <unk>: its own penalty is -log 7
 
 
-@pytest.mark.parametrize("command", ["rescore", "tune", "rescore-cuts"])
-def test_the_command_line_without_flags_gives_the_builders_defaults(command):
-    """Each command's flags left at their argparse defaults add nothing of their own: its options
-    are the builder's with nothing given (the model's unknown-word penalty filled in)."""
-    from service.cli import _setup, build_parser
-
-    argv = {"rescore": ["rescore", "x.lat"], "tune": ["tune", "--refs", "r.trn", "x.lat"],
-            "rescore-cuts": ["rescore-cuts", "--cuts", "c.jsonl", "--out", "o.jsonl"]}[command]
-    args = build_parser().parse_args(argv)
-    assert _setup(args).rescore_options(-2.5) == build_options({}, unk_default=-2.5)
-
-
-def test_an_http_request_without_options_gives_the_builders_defaults():
-    """POST /v1/rescore with no option field: the builder's defaults, with the server's budgets."""
-    from service.engine import options_for
-    from service.schemas import RescoreRequest
-    from service.settings import Settings
-
-    settings = Settings()
-    got = options_for(RescoreRequest(lattice=LATTICE), settings, unk_default=-2.5)
-    assert got == build_options({"max_arcs": settings.max_expanded_arcs, "target_arcs": settings.target_expanded_arcs},
-                                unk_default=-2.5)
-    assert got.lm_weights is None and got.old_lm_weight is None and got.unk_penalty == -2.5
+@pytest.fixture(scope="module")
+def unk_model(tmp_path_factory) -> Path:
+    """A model whose own unknown-word penalty is not 0 (-log 7), and a lattice, its references and
+    a CutSet of it beside it."""
+    root = tmp_path_factory.mktemp("doors")
+    vocab = tiny_vocab()
+    save_checkpoint(root / "model", make_model(vocab, cell="gru", mode="afp", rho=2), vocab, {"unk_types": UNK_TYPES})
+    (root / "lat.txt").write_text(LATTICE)
+    (root / "refs.txt").write_text("u the cat\n")
+    return root / "model"
 
 
-def test_the_python_api_without_options_gives_the_builders_defaults():
+def engine_defaults() -> RescoreOptions:
+    """What every door must build from no option: ``RescoreOptions``' own defaults, with the model's
+    unknown-word penalty filled in (the one thing the engine cannot know)."""
+    return RescoreOptions(unk_penalty=-math.log(UNK_TYPES))
+
+
+def test_afp_rescore_without_flags_uses_the_engines_defaults(unk_model, monkeypatch):
+    """``afp rescore`` given only its input hands the engine its defaults (and flags that are not
+    given add nothing of their own: no argparse default stands in for the engine's)."""
+    seen = []
+
+    def capture(lattices, scorer, options, **kwargs):
+        seen.append(options)
+        return iter(())
+
+    monkeypatch.setattr("afp.jobs.rescore_all", capture)
+    assert main(["rescore", "--model", str(unk_model), "--device", "cpu", str(unk_model.parent / "lat.txt")]) == 0
+    assert seen == [engine_defaults()]
+
+
+def test_afp_tune_without_flags_uses_the_engines_defaults(unk_model):
+    """``afp tune``'s tuner (what its search starts from) as the command makes it."""
+    from afp.tune_job import load_tuner
+    from afp.wer import read_references
+    from service.cli import _tune_job, build_parser
+
+    root = unk_model.parent
+    args = build_parser().parse_args(["tune", "--model", str(unk_model), "--device", "cpu", "--refs",
+                                      str(root / "refs.txt"), str(root / "lat.txt")])
+    args.argv = []
+    job = _tune_job(args)
+    assert load_tuner(job, read_references(job.refs)).options == engine_defaults()
+
+
+def test_afp_rescore_cuts_without_flags_uses_the_engines_defaults(unk_model, monkeypatch, capsys):
+    seen = []
+
+    def capture(cuts, out, scorer, options, *args, **kwargs):
+        seen.append(options)
+        return {"cuts": 0, "failed": 0}
+
+    monkeypatch.setattr("afp.cuts.rescore_cuts", capture)
+    assert main(["rescore-cuts", "--model", str(unk_model), "--device", "cpu", "--cuts", "c.jsonl",
+                 "--out", "o.jsonl"]) == 0
+    assert seen == [engine_defaults()]
+
+
+def test_an_http_request_without_options_uses_the_engines_defaults(unk_model, monkeypatch):
+    """``POST /v1/rescore`` with a lattice and no option field, on a server with its default
+    settings (whose budgets are the engine's: AFP_MAX_EXPANDED_ARCS, AFP_TARGET_EXPANDED_ARCS)."""
+    import service.engine
+    from tests.service.test_app import client_for
+
+    seen = []
+
+    def capture(lattice, scorer, options, **kwargs):
+        seen.append(options)
+        return rescore(lattice, scorer, options, **kwargs)
+
+    monkeypatch.setattr(service.engine, "rescore", capture)
+    with client_for(unk_model) as client:
+        r = client.post("/v1/rescore", json={"lattice": LATTICE})
+    assert r.status_code == 200, r.text
+    assert [dataclasses.replace(o, deadline=None) for o in seen] == [engine_defaults()]
+
+
+def test_the_python_api_without_options_uses_the_engines_defaults(unk_model, monkeypatch):
+    """:meth:`afp.Model.rescore` with no option, and :func:`afp.rescore_options`, which says what it uses."""
     import afp
+    import afp.api
 
-    assert afp.rescore_options() == build_options({})
+    seen = []
+
+    def capture(lattices, scorer, options, **kwargs):
+        seen.append(options)
+        return iter(())
+
+    monkeypatch.setattr(afp.api, "rescore_all", capture)
+    model = afp.load_model(unk_model, device="cpu")
+    assert model.rescore(str(unk_model.parent / "lat.txt")) == []
+    assert seen == [engine_defaults()] and afp.rescore_options(model) == engine_defaults()
+    assert afp.rescore_options(model, unk_penalty=-1).unk_penalty == -1.0
 
 
 def test_the_untuned_default_resolves_to_a_quarter_of_the_old_lm_weight():
@@ -170,11 +234,8 @@ def test_the_limit_is_never_zero(name):
         build_options({name: 0})
 
 
-def test_the_budget_is_checked_in_one_place():
-    """RescoreOptions checks the budgets; the builder names a refused value as the caller spelled it."""
-    import afp.options
-
-    assert not hasattr(afp.options, "_arc_budget") and not hasattr(afp.options, "_ARC_BUDGETS")
+def test_the_builder_names_a_refused_value_as_the_caller_spelled_it():
+    """RescoreOptions checks the budgets; the builder's message is the engine's, under the caller's name."""
     with pytest.raises(ValueError, match="max_expanded_arcs must be a whole number of expanded arcs") as direct:
         RescoreOptions(max_expanded_arcs=-1)
     with pytest.raises(OptionValueError) as built:
@@ -269,8 +330,8 @@ def test_the_target_in_the_python_api(tmp_path):
     assert "budget" not in (default.pruned or {}) and default.stats["expanded_arcs"] <= 20_000
     with pytest.raises(ValueError, match="target_arcs must be a whole number"):
         model.rescore(str(lattice), format="pocketsphinx", target_arcs=-1)
-    assert afp.rescore_options(target_arcs=5).target_expanded_arcs == 5
-    assert afp.rescore_options(target_arcs=0).target_expanded_arcs is None
+    assert afp.rescore_options(model, target_arcs=5).target_expanded_arcs == 5
+    assert afp.rescore_options(model, target_arcs=0).target_expanded_arcs is None
     ((whole,),) = model.rescore(str(lattice), format="pocketsphinx", target_arcs=0, nbest=np.int64(2),
                                max_arcs=np.int64(DEFAULT_MAX_EXPANDED_ARCS))
     assert "stages" not in whole.stats and whole.pruned is None and whole.stats["expanded_arcs"] > 20_000
