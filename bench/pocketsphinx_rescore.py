@@ -18,10 +18,9 @@ the model loaded once (its time counted):
   best path of the input and of the lattice that was rescored); the real-time factor against the
   audio and against the decoder's own decoding time; the process's peak memory after the
   rescoring runs (before any tuning, which keeps every scored lattice);
-* the WER: weights tuned with ``afp tune``'s joint search (afp.tune.joint_tune, the Tuner scoring
-  each lattice once) on one set and applied with ``afp rescore``'s engine to the other, against
-  the decoder's own 1-best (hyp.trn), with the matched-pairs test and bootstrap
-  (afp.significance).
+* the WER: weights tuned with ``afp tune``'s joint search on one set and applied to the other
+  (:func:`afp.transfer.transfer`, each set scored once), against the decoder's own 1-best
+  (hyp.trn), with the matched-pairs test and bootstrap (afp.significance).
 
 The audio is synthetic (text-to-speech, bench/pocketsphinx_set.py): say so wherever a number from
 it is reported. Results: bench/results/pocketsphinx_rescore.json.
@@ -101,39 +100,37 @@ def speed_run(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
             "median_expanded_arcs": sorted(r["expanded_arcs"] for r in rows)[len(rows) // 2], "rows": rows}
 
 
-def tuned_on(data: dict[str, Any], model: Any, options: Any, restarts: int, folds: int) -> dict[str, Any]:
-    """``afp tune``'s joint search on a set: the report (its chosen point is what --save writes)."""
-    from afp.tune import Tuner, joint_tune
+def tuned_and_applied(sets: dict[str, dict[str, Any]], model: Any, options: Any, restarts: int,
+                      folds: int) -> dict[str, Any]:
+    """Weights tuned on each set by ``afp tune``'s joint search (its report: the chosen point is what
+    ``--save`` writes) and applied to the other (:func:`afp.transfer.transfer`), against the
+    decoder's own 1-best (``hyp.trn``, also the search's baseline); keyed by direction."""
+    from afp.transfer import BASELINE, transfer
+    from afp.tune import Tuner
     from lattices.formats import read_lattice_file
 
-    tuner = Tuner(model.scorer, options, data["refs"])
-    tuner.add(lattice for path in data["paths"] for lattice in read_lattice_file(path))
-    return joint_tune(tuner, restarts=restarts, folds=folds, baseline=data["hyps"])
-
-
-def applied(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
-    """The set rescored with ``options`` (tuned elsewhere), against the decoder's own 1-best."""
-    from afp.significance import compare
-    from afp.wer import case_differs, word_errors
-    from lattices.formats import read_lattice_file
-    from lattices.rescore import rescore
-
-    keys = [u["key"] for u in data["utterances"]]
-    refs = [data["refs"][k] for k in keys]
-    hyps = [data["hyps"].get(k, []) for k in keys]
-    ignore = case_differs(refs, hyps)
-    rescored = [rescore(read_lattice_file(p)[0], model.scorer, options)[0].best.words for p in data["paths"]]
-    decoder = [word_errors(r, h, ignore).errors for r, h in zip(refs, hyps)]
-    ours = [word_errors(r, h, ignore).errors for r, h in zip(refs, rescored)]
-    words = [len(r) for r in refs]
-    return {"decoder_wer": 100.0 * sum(decoder) / sum(words), "rescored_wer": 100.0 * sum(ours) / sum(words),
-            "ref_words": sum(words), "against_decoder": compare(decoder, ours, words).to_json()}
+    tuners = {}
+    for name, data in sets.items():
+        tuners[name] = Tuner(model.scorer, options, data["refs"])
+        tuners[name].add(lattice for path in data["paths"] for lattice in read_lattice_file(path))
+    out: dict[str, Any] = {}
+    for applied in transfer(tuners, restarts=restarts, folds=folds, baselines={n: d["hyps"] for n, d in sets.items()}):
+        report = applied.tuned.report
+        if applied.decoded is None:  # worse than the decoder's 1-best on the tuning set
+            out[f"tuned on {applied.tuned_on}"] = {"tune": report["chosen"]}
+            continue
+        against = applied.decoded.against[BASELINE]
+        out[f"tuned on {applied.tuned_on}, applied to {applied.applied_to}"] = {
+            "tune": {k: report[k] for k in ("first_pass_wer", "best", "chosen", "cross_validated", "baseline")
+                     if k in report},
+            "decoder_wer": against.wer_a, "rescored_wer": against.wer_b, "ref_words": against.ref_words,
+            "against_decoder": against.to_json()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     from afp import load_model
     from afp.options import build_options
-    from afp.weights import TunedWeights
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="models/librispeech")
@@ -176,20 +173,9 @@ def main(argv: list[str] | None = None) -> None:
             print(budget, name, {k: v for k, v in entry["speed"][name].items() if k != "rows"}, flush=True)
         entry["peak_memory_mib"] = _peak_mib()  # rescoring's own, before tuning keeps every scored lattice
         if not args.no_tune:
-            for tune_set, test_set in (args.sets, args.sets[::-1]):
-                tuned = tuned_on(sets[tune_set], model, base, args.restarts, args.folds)
-                if tuned["chosen"]["point"] is None:  # worse than the decoder's 1-best on the tuning set
-                    entry["wer"][f"tuned on {tune_set}"] = {"tune": tuned["chosen"]}
-                    continue
-                chosen = TunedWeights.from_options(base.at_point(tuned["chosen"]["point"]))
-                options = build_options(fields, weights=chosen,
-                                        unk_default=model.loaded.default_unk_penalty)
-                result = applied(sets[test_set], model, options)
-                entry["wer"][f"tuned on {tune_set}, applied to {test_set}"] = {
-                    "tune": {k: tuned[k] for k in ("first_pass_wer", "best", "chosen", "cross_validated", "baseline")
-                             if k in tuned},
-                    **result}
-                print(budget, tune_set, "->", test_set, {k: v for k, v in result.items() if k != "against_decoder"},
+            entry["wer"] = tuned_and_applied(sets, model, base, args.restarts, args.folds)
+            for direction, result in entry["wer"].items():
+                print(budget, direction, {k: v for k, v in result.items() if k not in ("tune", "against_decoder")},
                       flush=True)
         entry["peak_memory_mib_with_tuning"] = _peak_mib()
         report["targets"][str(budget)] = entry
