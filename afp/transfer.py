@@ -2,15 +2,22 @@
 
 Every set is a :class:`afp.tune.Tuner` (its inputs expanded and scored once). :func:`transfer`
 tunes the weights on each set in turn (:func:`tune_weights`: ``afp tune``'s joint search, or the
-same search with some weights held) and applies them to every other set (:func:`apply_weights`:
-the words ``afp rescore --weights`` returns for them, ``tests/test_parity.py``), where each
-utterance's word errors are compared, matched pairs and bootstrap (:mod:`afp.significance`), with
-that set's first pass, with a recogniser's own 1-best when one is given, and with other systems'
-errors on the same utterances::
+same search with some weights held) and applies them to every other set (:func:`apply_weights`),
+where each utterance's word errors are compared, matched pairs and bootstrap
+(:mod:`afp.significance`), with that set's first pass, with a recogniser's own 1-best when one is
+given, and with other systems' errors on the same utterances::
 
     from afp.transfer import transfer
     for applied in transfer({"dev_clean": clean, "dev_other": other}, folds=1):
         print(applied.tuned_on, "->", applied.applied_to, applied.decoded.against["first pass"].summary())
+
+Applying is deciding each utterance at the point, as ``afp rescore --weights`` does with the
+weights ``afp tune --save`` writes (its options are the tuner's at that point,
+:meth:`lattices.rescore.RescoreOptions.at_point`). By default the tuner's own scored inputs decide
+(:meth:`afp.tune.Tuner.decisions`; the same words wherever the reduction before expansion does not
+depend on the weights: n-best lists, lattices within the expansion budget, ``tests/test_parity.py``).
+Given the set's ``inputs``, each is prepared and scored again under those options, as the engine
+does (a dense lattice is pruned to its budget under the applied weights), and timed.
 
 A Python caller gets from one call what the benchmarks of LibriSpeech n-best lists and
 PocketSphinx lattices report (``bench.wer``, ``bench.pocketsphinx_rescore``,
@@ -19,7 +26,8 @@ PocketSphinx lattices report (``bench.wer``, ``bench.pocketsphinx_rescore``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +35,17 @@ from afp import mert
 from afp.significance import Comparison, compare
 from afp.tune import Tuner, first_pass_point, joint_tune, mert_problem
 from afp.wer import word_errors
+from lattices.rescore import RescoreOptions
+from lattices.scored import ScoredLattice
 
 __all__ = ["BASELINE", "FIRST_PASS", "Applied", "Decoded", "Tuned", "apply_weights", "transfer", "tune_weights"]
 
 #: the names of the comparisons every :class:`Decoded` may hold beside other systems'
 FIRST_PASS = "first pass"
 BASELINE = "baseline"
+
+#: how an input is prepared and scored under some options (``score_for_options`` with a scorer bound)
+Scorer = Callable[[Any, RescoreOptions], ScoredLattice]
 
 
 @dataclass(frozen=True)
@@ -59,13 +72,15 @@ class Tuned:
 class Decoded:
     """A set decoded at one point: per utterance (the tuner's order) its key, chosen words, word
     errors and reference length, and the comparisons by name (:data:`FIRST_PASS`, :data:`BASELINE`,
-    other systems), each with this decoding as system B."""
+    other systems), each with this decoding as system B; ``seconds``: per utterance, preparing,
+    scoring and searching its input again (None when the tuner's scored inputs decided)."""
 
     keys: tuple[str, ...]
     words: tuple[tuple[str, ...], ...]
     errors: tuple[int, ...]
     ref_words: tuple[int, ...]
     against: dict[str, Comparison]
+    seconds: tuple[float, ...] | None = None
 
     @property
     def wer(self) -> float:
@@ -137,33 +152,66 @@ def tune_weights(tuner: Tuner, *, hold: Mapping[str, float] | None = None, tune_
     return Tuned(point, reason, report["best"]["wer"], report)
 
 
-def apply_weights(tuner: Tuner, point: Mapping[str, float], *, baseline: Mapping[str, Sequence[str]] | None = None,
+def apply_weights(tuner: Tuner, point: Mapping[str, float], *, inputs: Sequence[Any] | None = None,
+                  score: Scorer | None = None, baseline: Mapping[str, Sequence[str]] | None = None,
                   others: Mapping[str, Sequence[int]] | None = None, seed: int = 0) -> Decoded:
-    """``tuner``'s set decoded at ``point`` (:meth:`afp.tune.Tuner.decisions`, Viterbi: the best
-    path ``afp rescore`` returns with these weights), compared with its first pass, with
-    ``baseline`` (a recogniser's 1-best by utterance key) and with each of ``others`` (another
-    system's word errors on the same utterances, in the tuner's order), by name."""
+    """``tuner``'s set decoded at ``point`` (Viterbi: the best path ``afp rescore`` returns with
+    these weights), compared with its first pass, with ``baseline`` (a recogniser's 1-best by
+    utterance key) and with each of ``others`` (another system's word errors on the same
+    utterances, in the tuner's order), by name.
+
+    ``inputs``: the set's inputs (lattices, unless ``score`` takes something else), each prepared
+    and scored again under the point's options (module docstring) by ``score(input, options)``,
+    default :func:`~lattices.rescore.score_for_options` with the tuner's scorer, old LM and features.
+    """
     ignore_case = bool(tuner.ignore_case)
-    decided = tuner.decisions(dict(point))
+    keys = [u.key for u in tuner.utterances]
+    seconds = None
+    if inputs is None:
+        chosen = {key: words for key, words, _ in tuner.decisions(dict(point))}
+    else:
+        chosen, seconds = _rescored(tuner, point, inputs, score)
+    missing = [key for key in keys if key not in chosen]
+    if missing:
+        raise ValueError(f"no input for {len(missing)} utterance(s) of the tuner, e.g. {missing[0]!r}")
     refs = [u.ref for u in tuner.utterances]
-    errors = [word_errors(ref, words, ignore_case).errors for ref, (_, words, _) in zip(refs, decided, strict=True)]
+    errors = [word_errors(ref, chosen[key], ignore_case).errors for ref, key in zip(refs, keys)]
     words = [len(ref) for ref in refs]
     systems: dict[str, Sequence[int]] = {FIRST_PASS: [u.first_pass.errors for u in tuner.utterances]}
     if baseline is not None:
-        missing = [u.key for u in tuner.utterances if u.key not in baseline]
+        missing = [key for key in keys if key not in baseline]
         if missing:
             raise ValueError(f"the baseline has no hypothesis for {len(missing)} utterance(s), e.g. {missing[0]!r}")
-        systems[BASELINE] = [word_errors(u.ref, list(baseline[u.key]), ignore_case).errors for u in tuner.utterances]
+        systems[BASELINE] = [word_errors(ref, list(baseline[key]), ignore_case).errors for ref, key in zip(refs, keys)]
     systems.update(others or {})
-    return Decoded(keys=tuple(key for key, _, _ in decided), words=tuple(tuple(w) for _, w, _ in decided),
-                   errors=tuple(errors), ref_words=tuple(words),
+    return Decoded(keys=tuple(keys), words=tuple(tuple(chosen[key]) for key in keys), errors=tuple(errors),
+                   ref_words=tuple(words), seconds=None if seconds is None else tuple(seconds[key] for key in keys),
                    against={name: compare(other, errors, words, seed=seed) for name, other in systems.items()})
+
+
+def _rescored(tuner: Tuner, point: Mapping[str, float], inputs: Sequence[Any],
+              score: Scorer | None) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Each input's key, its best words under the point's options and the seconds they took."""
+    from lattices.rescore import rescore_scored, score_for_options
+
+    options = tuner.options.at_point(point)
+    prepare = score or (lambda lattice, options: score_for_options(lattice, tuner.scorer, options, tuner.device,
+                                                                   tuner.old_lm, tuner.features))
+    words, seconds = {}, {}
+    for item in inputs:
+        tick = time.perf_counter()
+        scored = prepare(item, options)
+        (result, *_) = rescore_scored(scored, options, tick)
+        key = scored.lattice.key
+        words[key], seconds[key] = result.best.words, time.perf_counter() - tick
+    return words, seconds
 
 
 def transfer(tuners: Mapping[str, Tuner], *, hold: Mapping[str, float] | None = None, tune_scores: Sequence[str] = (),
              restarts: int = 3, folds: int = 5, seed: int = 0,
              baselines: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-             others: Mapping[str, Mapping[str, Sequence[int]]] | None = None, apply_best: bool = False) -> list[Applied]:
+             others: Mapping[str, Mapping[str, Sequence[int]]] | None = None, apply_best: bool = False,
+             inputs: Mapping[str, Sequence[Any]] | None = None, score: Scorer | None = None) -> list[Applied]:
     """Tune on each set of ``tuners`` (name -> tuner), apply to every other: one :class:`Applied`
     per ordered pair of different sets, tuning sets in ``tuners``' order.
 
@@ -172,8 +220,10 @@ def transfer(tuners: Mapping[str, Tuner], *, hold: Mapping[str, float] | None = 
     hyp.trn``): the tuning set's guards the point, the applied set's is compared with.
     ``others``: per system name, per set, that system's word errors on the set (e.g. re-weighting
     alone, the :attr:`Decoded.errors` of an earlier call), compared with on the applied set.
+    ``inputs``: per set, its inputs to decide from again under the applied weights, by ``score``
+    (:func:`apply_weights`).
     """
-    baselines, others = baselines or {}, others or {}
+    baselines, others, inputs = baselines or {}, others or {}, inputs or {}
     tuned = {name: tune_weights(tuner, hold=hold, tune_scores=tune_scores, restarts=restarts, folds=folds, seed=seed,
                                 baseline=baselines.get(name), apply_best=apply_best) for name, tuner in tuners.items()}
     out = []
@@ -182,7 +232,7 @@ def transfer(tuners: Mapping[str, Tuner], *, hold: Mapping[str, float] | None = 
             if target == source:
                 continue
             decoded = None if found.point is None else apply_weights(
-                tuner, found.point, baseline=baselines.get(target), seed=seed,
+                tuner, found.point, inputs=inputs.get(target), score=score, baseline=baselines.get(target), seed=seed,
                 others={name: errors[target] for name, errors in others.items() if target in errors})
             out.append(Applied(source, target, found, decoded))
     return out

@@ -18,9 +18,9 @@ the model loaded once (its time counted):
   best path of the input and of the lattice that was rescored); the real-time factor against the
   audio and against the decoder's own decoding time; the process's peak memory after the
   rescoring runs (before any tuning, which keeps every scored lattice);
-* the WER: weights tuned with ``afp tune``'s joint search on one set and applied to the other
-  (:func:`afp.transfer.transfer`, each set scored once), against the decoder's own 1-best
-  (hyp.trn), with the matched-pairs test and bootstrap (afp.significance).
+* the WER: weights tuned with ``afp tune``'s joint search on one set and applied with ``afp
+  rescore``'s engine to the other (:func:`afp.transfer.transfer`), against the decoder's own
+  1-best (hyp.trn), with the matched-pairs test and bootstrap (afp.significance).
 
 The audio is synthetic (text-to-speech, bench/pocketsphinx_set.py): say so wherever a number from
 it is reported. Results: bench/results/pocketsphinx_rescore.json.
@@ -103,18 +103,21 @@ def speed_run(data: dict[str, Any], model: Any, options: Any) -> dict[str, Any]:
 def tuned_and_applied(sets: dict[str, dict[str, Any]], model: Any, options: Any, restarts: int,
                       folds: int) -> dict[str, Any]:
     """Weights tuned on each set by ``afp tune``'s joint search (its report: the chosen point is what
-    ``--save`` writes) and applied to the other (:func:`afp.transfer.transfer`), against the
-    decoder's own 1-best (``hyp.trn``, also the search's baseline); keyed by direction."""
+    ``--save`` writes) and applied to the other (:func:`afp.transfer.transfer`: each lattice rescored
+    with the weights as ``afp rescore --weights`` does), against the decoder's own 1-best
+    (``hyp.trn``, also the search's baseline); keyed by direction."""
     from afp.transfer import BASELINE, transfer
     from afp.tune import Tuner
     from lattices.formats import read_lattice_file
 
-    tuners = {}
+    tuners, lattices = {}, {}
     for name, data in sets.items():
+        lattices[name] = [lattice for path in data["paths"] for lattice in read_lattice_file(path)]
         tuners[name] = Tuner(model.scorer, options, data["refs"])
-        tuners[name].add(lattice for path in data["paths"] for lattice in read_lattice_file(path))
+        tuners[name].add(lattices[name])
     out: dict[str, Any] = {}
-    for applied in transfer(tuners, restarts=restarts, folds=folds, baselines={n: d["hyps"] for n, d in sets.items()}):
+    for applied in transfer(tuners, restarts=restarts, folds=folds, baselines={n: d["hyps"] for n, d in sets.items()},
+                            inputs=lattices):
         report = applied.tuned.report
         if applied.decoded is None:  # worse than the decoder's 1-best on the tuning set
             out[f"tuned on {applied.tuned_on}"] = {"tune": report["chosen"]}

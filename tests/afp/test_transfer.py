@@ -110,16 +110,21 @@ def test_nothing_is_applied_where_the_tuned_point_loses_to_the_baseline_unless_a
     assert forced.tuned.reason.startswith("the tuned point, applied although afp tune would save nothing")
 
 
-def test_applied_words_are_what_the_engine_returns_with_the_saved_weights(tmp_path):
-    """Random lattices (not tables: the line searches' lattice path), an AFP model: each applied
-    set's words are ``afp rescore --weights`` 's best paths, the weights as ``afp tune --save`` writes them."""
+@pytest.mark.parametrize("target_arcs", [0, 12])
+def test_applied_words_are_what_the_engine_returns_with_the_saved_weights(tmp_path, target_arcs):
+    """Random lattices (not tables: the line searches' lattice path), an AFP model, ``afp rescore``'s
+    options: each applied set's words are ``afp rescore --weights`` 's best paths, the weights as
+    ``afp tune --save`` writes them. Decided by the tuner's scored lattices where the reduction is
+    weight-free (no expansion budget); from the inputs, scored again under the weights, always
+    (a budget of 12 arcs prunes each lattice under the weights applied)."""
     from afp import load_model
     from afp.options import build_options
     from afp.weights import TunedWeights
     from lattices.rescore import rescore
 
     model = load_model(saved_model(tmp_path / "m", cell="gru", mode="afp", rho=2), device="cpu")
-    base = build_options({}, unk_default=model.loaded.default_unk_penalty)
+    fields = {"target_arcs": target_arcs}
+    base = build_options(fields, unk_default=model.loaded.default_unk_penalty)
     rng = random.Random(3)
     lattices = {name: [random_lattice(seed, key=f"{name}{seed}") for seed in range(first, first + 6)]
                 for name, first in (("one", 0), ("two", 50))}
@@ -127,8 +132,14 @@ def test_applied_words_are_what_the_engine_returns_with_the_saved_weights(tmp_pa
     for name, group in lattices.items():
         tuners[name] = Tuner(model.scorer, base, {lat.key: [rng.choice(WORDS) for _ in range(3)] for lat in group})
         tuners[name].add(group)
+    again = {x.tuned_on: x for x in transfer(tuners, restarts=0, folds=1, inputs=lattices)}
     for applied in transfer(tuners, restarts=0, folds=1):
-        options = build_options({}, weights=TunedWeights.from_options(base.at_point(applied.tuned.point)),
+        options = build_options(fields, weights=TunedWeights.from_options(base.at_point(applied.tuned.point)),
                                 unk_default=model.loaded.default_unk_penalty)
-        engine = [tuple(rescore(lat, model.scorer, options)[0].best.words) for lat in lattices[applied.applied_to]]
-        assert applied.decoded.words == tuple(engine)
+        engine = tuple(tuple(rescore(lat, model.scorer, options)[0].best.words) for lat in lattices[applied.applied_to])
+        rescored = again[applied.tuned_on].decoded
+        assert rescored.words == engine and len(rescored.seconds) == 6 and min(rescored.seconds) > 0
+        if not target_arcs:
+            assert applied.decoded.words == engine and applied.decoded.seconds is None
+    with pytest.raises(ValueError, match="no input for 6 utterance"):
+        apply_weights(tuners["one"], applied.tuned.point, inputs=lattices["two"])
