@@ -1,5 +1,5 @@
 #!/bin/bash
-# The window models (and causal baselines) of bench/acausal.py, trained one after the other on one
+# The window models (and causal baselines) of the acausal study (bench/results/acausal.json), trained one after the other on one
 # CPU thread in bf16 (the other core stays free), each resumable (step checkpoints every 10 minutes;
 # run this again to go on where it stopped):
 #   1. Switchboard (1.4M words): GRU-256 with rho 3, causal AFP-3 and window models K = 1, 2, 3,

@@ -19,7 +19,7 @@ open('$RUN/words.txt', 'w').write(''.join(f'{w} {i}\n' for i, w in enumerate(c['
   .venv/bin/afp prepare --text $DATA/books/train.txt $DATA/books-large/train-0{1,2,3,4,5,6}.txt.gz \
     --valid $DATA/books/valid.txt --words-txt "$RUN/words.txt" --out "$RUN/data"
 fi
-if [ "${1:-}" = "--prepare-only" ]; then exit 0; fi  # the shards only (bench/ngram_prune.py)
+if [ "${1:-}" = "--prepare-only" ]; then exit 0; fi  # the shards only (bench.bundle_mixtures)
 if [ ! -f "$OUT/resume/state.json" ] && [ -f "$CARRY/state.json" ]; then
   .venv/bin/python -m bench.carry unpack "$CARRY" "$OUT"
 fi

@@ -25,7 +25,7 @@ the first ``--limit`` of the other, both ways. The systems (``--systems`` names,
 ``lattice-gru-rho4``       exact lattice rescoring with the GRU's AFP twin
                            ``bench/results/books-pair/gru-h256-rho4`` (same recipe, rho 4)
 ``lattice-mixture-acausal``  the mixture plus the acausal window feature (``acausal``: the books
-                           window model rho 4, K = 2 of bench/acausal.py, kept in
+                           window model rho 4, K = 2 of bench/acausal_train.sh, kept in
                            ``bench/results/acausal/carry/books-window-rho4-k2``)
 =========================  =====================================================================
 
@@ -97,6 +97,8 @@ PAIRS = (("lattice-gru-rho4", "kaldi-gru"), ("lattice-gru-rho4", "nbest50-gru"),
          ("lattice-mixture", "lattice-afp"), ("lattice-mixture-acausal", "lattice-mixture"))
 #: Kaldi-style history merging: 4 words, the order (rho + 1 = 5) of the AFP twin
 KALDI_HISTORY = 4
+#: the books-pair GRUs are kept in bench/results/books-pair; their recipe (bench/books_pair.sh) is retired
+BOOKS_PAIR_ABSENT = "not there (bench/books_pair.sh trained it: see the git history of bench/results/books-pair)"
 AUDIO = "synthetic (text-to-speech voices, bench/pocketsphinx_set.py): not real speech"
 
 
@@ -128,13 +130,13 @@ def default_systems() -> list[System]:
         System("nbest500-afp", "500-best, AFP part", "nbest", MODELS / "afp", 500),
         System("lattice-kn4", "lattice, KN 4-gram only", "lattice", MODELS / "ngram"),
         System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50,
-               absent="not trained (bash bench/books_pair.sh exact)"),
+               absent=BOOKS_PAIR_ABSENT),
         System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru,
-               absent="not trained (bash bench/books_pair.sh exact)"),
+               absent=BOOKS_PAIR_ABSENT),
         System("lattice-afp", "exact lattice, AFP part", "lattice", MODELS / "afp"),
         System("lattice-mixture", "exact lattice, mixture (AFP + 4-gram)", "lattice", MODELS),
         System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin,
-               absent="not trained (bash bench/books_pair.sh afp)"),
+               absent=BOOKS_PAIR_ABSENT),
         System("lattice-mixture-acausal", "exact lattice, mixture + acausal window", "lattice", MODELS,
                feature=WINDOW, absent="not available (no LibriSpeech-domain window model: bash bench/acausal_train.sh books)"),
     ]
