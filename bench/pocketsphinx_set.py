@@ -51,7 +51,6 @@ case-insensitively), real-time factor and lattice sizes; the command adds it to
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import math
@@ -451,19 +450,19 @@ def read_sphinx_trie(path: str | Path) -> SphinxTrie:
 
 
 def write_arpa(trie: SphinxTrie, out: Path) -> None:
-    """The trie as a gzipped ARPA file, each order sorted by word ids."""
+    """The trie as an ARPA file (:func:`lm.ngram.arpa.write_arpa_file`, gzip for ``.gz``), each
+    order sorted by word ids."""
+    from lm.ngram.arpa import write_arpa_file
+
     words = np.array(trie.words, dtype=object)
-    with gzip.open(out, "wt", encoding="utf-8", compresslevel=6) as f:
-        f.write("\\data\\\n" + "".join(f"ngram {n}={len(g)}\n" for n, g in enumerate(trie.grams, 1)))
+
+    def sections() -> Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         for n, (grams, probs, backoffs) in enumerate(zip(trie.grams, trie.log10_probs, trie.log10_backoffs), 1):
             order = np.lexsort(grams.T[::-1])
-            text = [" ".join(column) for column in zip(*(words[grams[order, k]] for k in range(n)))]
-            f.write(f"\n\\{n}-grams:\n")
-            if n < len(trie.grams):
-                f.writelines(f"{p:.6f}\t{t}\t{b:.6f}\n" for p, t, b in zip(probs[order], text, backoffs[order]))
-            else:
-                f.writelines(f"{p:.6f}\t{t}\n" for p, t in zip(probs[order], text))
-        f.write("\n\\end\\\n")
+            yield n, probs[order], words[grams[order]], backoffs[order] if n < len(trie.grams) else \
+                np.full(order.shape[0], np.nan)
+
+    write_arpa_file(out, [len(g) for g in trie.grams], sections())
 
 
 def check_arpa(arpa: Path, lm_bin: Path, trie: SphinxTrie, samples: int = 300, seed: int = 0) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Back-off n-gram language models, one package (no module imports another in a circle):
 
-* :mod:`lm.ngram.arpa`: the ARPA format's constants, its unknown-word symbols and
-  :class:`ArpaFormatError`;
+* :mod:`lm.ngram.arpa`: the ARPA format's constants, its unknown-word symbols,
+  :class:`ArpaFormatError` and the one writer (:func:`~lm.ngram.arpa.write_arpa_file`);
 * :mod:`lm.ngram.keys`: sortable keys of n-gram rows (:class:`~lm.ngram.keys.Packer`,
   :func:`~lm.ngram.keys.find_keys`), shared by the three below;
 * :mod:`lm.ngram.store`: the one ARPA reader, the compact array store and its scorer, and model
