@@ -237,8 +237,9 @@ def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
     import statistics
     import time
 
+    from afp.options import build_options
     from lattices.formats import read_lattice_file
-    from lattices.rescore import RescoreOptions, rescore
+    from lattices.rescore import rescore
     from lm.checkpoint import load_checkpoint
     from lm.scorer import LMScorer
 
@@ -246,11 +247,12 @@ def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
     if not files:
         return None
     lattices = [lat for f in files for lat in read_lattice_file(f)]
-    scorer = LMScorer(load_checkpoint(run_dir))
+    loaded = load_checkpoint(run_dir)
+    scorer, options = LMScorer(loaded), build_options({}, unk_default=loaded.default_unk_penalty)
 
     def once() -> tuple[float, list[dict[str, Any]]]:
         started = time.perf_counter()
-        stats = [rescore(lat, scorer, RescoreOptions())[0].stats for lat in lattices]
+        stats = [rescore(lat, scorer, options)[0].stats for lat in lattices]
         return time.perf_counter() - started, stats
 
     once()
