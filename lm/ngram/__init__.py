@@ -8,6 +8,7 @@
   directories (``afp ngram --store``);
 * :mod:`lm.ngram.kneser_ney`: modified Kneser-Ney estimation from prepared shards (``afp ngram``);
 * :mod:`lm.ngram.prune`: relative-entropy pruning (``afp ngram --prune``);
+* :mod:`lm.ngram.sphinx`: PocketSphinx's binary trie LM read into arrays and written as ARPA;
 * :mod:`lm.ngram.model`: the dict view of a parsed model (:class:`NgramModel`, the reference
   for the back-off definition) and its scorer, re-exported here.
 
