@@ -35,7 +35,7 @@ the n-best lattice of its n best) and scores it into a :class:`~lattices.scored.
 put in its ``new_lm`` column by :mod:`bench.baselines`), and :mod:`afp.transfer` tunes and applies:
 ``afp tune``'s joint search (the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
 tuning set: from the first pass's own point and ``--restarts`` random ones (default 1), without
-cross-validation (``--folds``, default 1), as bench/pocketsphinx_rescore.py does. (``afp tune``'s own
+cross-validation (``--folds``, default 1). (``afp tune``'s own
 defaults, 3 and 5, cost about ten times as much: on a lattice every candidate of a line search is a
 full search of every utterance, 25 candidates per line search.) Then those weights, as ``afp tune
 --save`` writes them, are applied to the other set, each lattice prepared, scored and searched
@@ -150,8 +150,8 @@ def _row_key(system: str, tuned_on: str, applied_to: str) -> str:
 def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     """A loadable model directory for ``path``: itself when it is one (a checkpoint, a mixture, an
     n-gram directory), a float32 copy in ``cache`` of kept bf16 weights (``model.bf16.safetensors``
-    and ``config.json``, :func:`bench.carry.cast`), or None when there is no model."""
-    from bench.carry import cast
+    and ``config.json``, :func:`bench.common.cast_weights`), or None when there is no model."""
+    from bench.common import cast_weights
 
     if not path.exists():
         return None
@@ -165,7 +165,7 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     if not weights.is_file() or weights.stat().st_mtime < kept.stat().st_mtime:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(config, target / "config.json")
-        cast(kept, target / "model.safetensors.tmp", torch.float32)
+        cast_weights(kept, target / "model.safetensors.tmp", "float32")
         (target / "model.safetensors.tmp").replace(weights)
     return target
 
@@ -332,9 +332,20 @@ def _compared(rows: dict[str, Any], row: dict[str, Any], other: str, seed: int) 
 
 
 # ------------------------------------------------------------------------------------- the table
+def load_set(name: str, limit: int | None, sets: Path = SETS_DIR) -> dict[str, Any]:
+    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``)."""
+    from afp.wer import read_hypotheses, read_references
+
+    root = Path(sets) / name
+    info = json.loads((root / "set.json").read_text())
+    utts = info["utterances"][:limit] if limit else info["utterances"]
+    return {"name": name, "root": root, "utterances": utts, "refs": read_references(root / "ref.trn"),
+            "hyps": read_hypotheses(root / "hyp.trn"), "synthetic": info.get("synthetic", True),
+            "paths": [root / "lattices" / f"{u['key']}.slf" for u in utts]}
+
+
 def _read_sets(sets_dir: Path, limit: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     from afp.wer import case_differs
-    from bench.pocketsphinx_rescore import load_set
 
     sets, info = {}, {}
     for name in SETS:

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, store_bf16, \
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, cast_weights, \
     trained, write_json
 
 #: largest relative change of validation perplexity that bfloat16 storage may cause
@@ -199,7 +199,7 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
     target.mkdir(parents=True, exist_ok=True)
     dtype = spec.get("store_dtype", "float32")
     if dtype == "bfloat16":
-        store_bf16(run_dir / "model.safetensors", target / "model.safetensors")
+        cast_weights(run_dir / "model.safetensors", target / "model.safetensors")
     else:
         shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))

@@ -104,7 +104,7 @@ def _rescore_section(results: Path, name: str, title: str) -> list[str]:
                 continue
             wer.append([f"{int(target):,}", direction, f"{r['decoder_wer']:.2f}", f"{r['rescored_wer']:.2f}",
                         _against(r.get("against_decoder")), _weights(r.get("tune", {}).get("chosen", {}).get("point"))])
-    lines = [f"## {title} (`python -m bench.pocketsphinx_rescore`)", "",
+    lines = [f"## {title}" + by("pocketsphinx_rescore"), "",
              f"`{data['command'].strip()}`: model `{data['model']}` (loaded in {data['model_load_seconds']:.1f} s), "
              f"{where(data)}" + (f" ({data['machine']})" if data.get("machine") else "")
              + f"; the audio is {data['audio']}"
