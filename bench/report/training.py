@@ -72,7 +72,7 @@ def _precision_check(summaries: dict[str, dict[str, Any]]) -> list[str]:
         if rows:
             lines += [f"### {dataset}: float32 against bfloat16-autocast training of the same runs", "",
                       "Same seed and set-up; only the precision of the training forward pass differs (the speed "
-                      "of each is measured side by side by `bench.epoch_timing --precision`).", "",
+                      "of each was measured side by side by `bench.epoch_timing --precision`, retired since).", "",
                       *table(["run", "fp32 best valid ppl", "bf16 best valid ppl", "difference"], rows)]
     return lines
 
