@@ -44,7 +44,7 @@ FIRST_PASS = "first pass"
 BASELINE = "baseline"
 
 #: how an input is prepared and scored under some options (``score_for_options`` with a scorer bound)
-Scorer = Callable[[Any, RescoreOptions], ScoredLattice]
+ScoreInput = Callable[[Any, RescoreOptions], ScoredLattice]
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def tune_weights(tuner: Tuner, *, hold: Mapping[str, float] | None = None, tune_
 
 
 def apply_weights(tuner: Tuner, point: Mapping[str, float], *, inputs: Sequence[Any] | None = None,
-                  score: Scorer | None = None, baseline: Mapping[str, Sequence[str]] | None = None,
+                  score: ScoreInput | None = None, baseline: Mapping[str, Sequence[str]] | None = None,
                   others: Mapping[str, Sequence[int]] | None = None, seed: int = 0) -> Decoded:
     """``tuner``'s set decoded at ``point`` (Viterbi: the best path ``afp rescore`` returns with
     these weights), compared with its first pass, with ``baseline`` (a recogniser's 1-best by
@@ -189,7 +189,7 @@ def apply_weights(tuner: Tuner, point: Mapping[str, float], *, inputs: Sequence[
 
 
 def _rescored(tuner: Tuner, point: Mapping[str, float], inputs: Sequence[Any],
-              score: Scorer | None) -> tuple[dict[str, list[str]], dict[str, float]]:
+              score: ScoreInput | None) -> tuple[dict[str, list[str]], dict[str, float]]:
     """Each input's key, its best words under the point's options and the seconds they took."""
     from lattices.rescore import rescore_scored, score_for_options
 
@@ -210,7 +210,7 @@ def transfer(tuners: Mapping[str, Tuner], *, hold: Mapping[str, float] | None = 
              restarts: int = 3, folds: int = 5, seed: int = 0,
              baselines: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
              others: Mapping[str, Mapping[str, Sequence[int]]] | None = None, apply_best: bool = False,
-             inputs: Mapping[str, Sequence[Any]] | None = None, score: Scorer | None = None) -> list[Applied]:
+             inputs: Mapping[str, Sequence[Any]] | None = None, score: ScoreInput | None = None) -> list[Applied]:
     """Tune on each set of ``tuners`` (name -> tuner), apply to every other: one :class:`Applied`
     per ordered pair of different sets, tuning sets in ``tuners``' order.
 
