@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 EXAMPLE_TEXT := examples/conversation.txt
 
-.PHONY: install run demo test bench-ptb bench-timing bench-rescoring bench-load bench-report docs clean
+.PHONY: install run demo test bench-ptb bench-rescoring bench-load bench-report docs clean
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -48,9 +48,6 @@ docker-check: install
 # Benchmarks (long; run by hand, never by CI). Results go to bench/results/.
 bench-ptb: install
 	$(BIN)/python -m bench.paper_reproduction --dataset ptb
-
-bench-timing: install
-	$(BIN)/python -m bench.epoch_timing
 
 bench-rescoring: install
 	$(BIN)/python -m bench.rescoring_speed

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The window models (and causal baselines) of bench/acausal.py, trained one after the other on one
+# The window models (and causal baselines) of the acausal study (bench/results/acausal.json), trained one after the other on one
 # CPU thread in bf16 (the other core stays free), each resumable (step checkpoints every 10 minutes;
 # run this again to go on where it stopped):
 #   1. Switchboard (1.4M words): GRU-256 with rho 3, causal AFP-3 and window models K = 1, 2, 3,
@@ -7,8 +7,8 @@
 #   2. books/ (7.6M words, the 44,122-word vocabulary of models/librispeech): a window model
 #      rho 4, K = 2, GRU-256, one epoch: the LibriSpeech WER table's acausal feature.
 #   bash bench/acausal_train.sh [switchboard|books|all]
-# A run unfinished at the end of a session is carried through git (bench/carry.py):
-#   python -m bench.carry pack runs/acausal/books-window-rho4-k2 bench/results/acausal/carry/books-window-rho4-k2
+# The books window model, as kept across the sessions that trained it (bf16), is in
+# bench/results/acausal/carry/books-window-rho4-k2 (bench/carry.py carried it: see the git history).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=../shared/data
@@ -22,13 +22,6 @@ common="--cell gru --hidden 256 --softmax adaptive --dropout 0.1 --batch-size 64
 
 train() {  # OUT, then the model and data options
   local out=$1; shift
-  local carry="bench/results/acausal/carry/$(basename "$out")"
-  if [ ! -f "$out/resume/state.json" ] && [ -f "$carry/state.json" ]; then  # a run carried from another session
-    .venv/bin/python -m bench.carry unpack "$carry" "$out"
-    if [ ! -f "$out/model.safetensors" ]; then  # a finished run: its last weights are the model (bf16-rounded)
-      cp "$out/resume/model.safetensors" "$out/resume/config.json" "$out/"
-    fi
-  fi
   if [ -f "$out/model.safetensors" ] && [ ! -f "$out/resume/state.json" ]; then return; fi
   if [ -f "$out/resume/state.json" ]; then
     if python3 -c "import json,sys; s=json.load(open('$out/resume/state.json')); sys.exit(0 if s['epoch']>=s['train_config']['epochs'] else 1)"; then

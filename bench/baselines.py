@@ -1,23 +1,23 @@
 """The rescoring methods in use today, each driving a full-recurrence (BPTT) RNN, for comparison.
 
-(a) :func:`nbest_rescore` (icefall's way): take the n best distinct word sequences of the
-    lattice under its own scores (:func:`first_pass_nbest`) and rescore each with the RNN's
-    sentence forward pass.
-(b) :func:`kaldi_style_rescore` (Kaldi's ``lattice-lmrescore-rnnlm`` way): expand the lattice so
-    that states are keyed by the last n-1 words, and carry the RNN state along it; a state
-    reached by several histories keeps the RNN state of the first one to arrive, so paths that
-    merge get the scores of another history: an approximation (:func:`first_history_scores`).
+Bench-only code: the library offers neither (an AFP model needs neither), and these functions are
+tested on their own (``tests/test_bench_baselines.py``, ``tests/test_bench_wer_table.py``).
 
-Both return the chosen hypothesis and timings; (b) also returns its approximate LM scores so
-they can be compared with the RNN's true sentence scores.
+(a) :func:`nbest_scored` (icefall's way): take the n best distinct word sequences of the lattice
+    under its own scores (:func:`first_pass_nbest`) and score each with the RNN's sentence forward
+    pass (:func:`sentence_logprobs`).
+(b) :func:`kaldi_style_scored` (Kaldi's ``lattice-lmrescore-rnnlm`` way): expand the lattice so that
+    states are keyed by the last n-1 words, and carry the RNN state along it; a state reached by
+    several histories keeps the RNN state of the first one to arrive, so paths that merge get the
+    scores of another history: an approximation (:func:`first_history_scores`).
 
-For a WER table whose systems are all tuned and applied by the same code (``afp tune``'s joint
-search, ``afp rescore``'s search), each baseline is also available as a
-:class:`~lattices.scored.ScoredLattice`: the engine's own expansion and score components, with the
-RNN's scores in the ``new_lm`` column (:func:`nbest_scored`, :func:`kaldi_style_scored`). The
+So that every system is tuned and applied by the same code (``afp tune``'s joint search, ``afp
+rescore``'s search), each baseline is a :class:`~lattices.scored.ScoredLattice`: the engine's own
+preparation, expansion and score components, with the RNN's scores in the ``new_lm`` column. The
 engine scores that expansion with :class:`SilentScorer` (every pair 0, the RNN's word ids and
 unknown words), and the RNN's numbers replace those zeros: so the first pass, the unknown-word
 count and the word count are the engine's, and only the LM column is the baseline's.
+:func:`lattices.rescore.rescore_scored` searches it as it searches any scored lattice.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import torch
 from torch import Tensor
 
 from lattices.case import model_spellings
-from lattices.expand import DEFAULT_SKIP, PAD, Expansion, expand, word_map
+from lattices.expand import DEFAULT_SKIP, PAD, Expansion, word_map
 from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
-from lattices.kbest import k_best_distinct
+from lattices.kbest import search_distinct
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, score_for_options
 from lattices.scored import ScoredLattice
@@ -43,12 +43,6 @@ from lm.corpus import EncodedCorpus
 from lm.evaluate import score_corpus
 from lm.model import RecurrentLM
 from lm.scorer import LMScorer
-
-
-def _sync(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def _final_of(dst_of_last: list[int], finals: list[int]) -> list[int]:
@@ -70,7 +64,7 @@ def first_pass_nbest(lattice: Lattice, n: int, acoustic_scale: float, word_penal
     dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, own, lattice.finals,
               acoustic_scale * lattice.final_acoustic + lattice.final_graph, lattice.levels)
     labels = torch.where(word_arc, lattice.words, -1)
-    found = k_best_distinct(dag, labels, n)
+    found = search_distinct(dag, labels, n).found
     finals = _final_of([int(lattice.dst[arcs[-1]]) if arcs.numel() else lattice.start for _, arcs in found],
                        lattice.finals.tolist())
     hypotheses = []
@@ -108,23 +102,6 @@ def sentence_logprobs(rnn: LoadedModel, sentences: Sequence[Sequence[str]], matc
     corpus = EncodedCorpus(ids=ids, tokens=sum(len(s) + 1 for s in sentences),
                            oov=sum(int(table[w] == vocab.unk_id) for s in sentences for w in s))
     return [float(t.sum()) for t in score_corpus(rnn.model, corpus, batch_size=256).token_logprobs]
-
-
-def nbest_rescore(lattice: Lattice, rnn: LoadedModel, n: int, acoustic_scale: float, word_penalty: float,
-                  lm_weight: float = 1.0) -> dict[str, Any]:
-    """(a) Rescore the ``n`` best distinct word sequences with the RNN; return the best and timings."""
-    device = rnn.device
-    started = _sync(device)
-    nbest = first_pass_nbest(lattice, n, acoustic_scale, word_penalty)
-    listed = _sync(device)
-    sentences = [list(h.words) for h in nbest.hypotheses]
-    lm = sentence_logprobs(rnn, sentences)
-    scored = _sync(device)
-    totals = [acoustic_scale * h.scores["acoustic"] + lm_weight * l + word_penalty * len(s)
-              for h, l, s in zip(nbest.hypotheses, lm, sentences)]
-    best = max(range(len(sentences)), key=totals.__getitem__)
-    return {"n": len(sentences), "best_words": sentences[best], "best_score": totals[best], "best_lm": lm[best],
-            "seconds": {"nbest": listed - started, "score": scored - listed, "total": scored - started}}
 
 
 class SilentScorer:
@@ -166,7 +143,7 @@ def nbest_scored(nbest: NBestList, source: Lattice, rnn: LoadedModel, options: R
     state's ``new_lm``: ``afp tune`` and ``afp rescore``'s search then treat it like any n-best list."""
     tick = time.perf_counter()
     lattice = nbest_lattice(nbest, source)
-    scored = score_for_options(lattice, SilentScorer(LMScorer(rnn), 1), options)
+    scored = score_for_options(lattice, SilentScorer(LMScorer(rnn), 1), options, rnn.device)
     lm = torch.tensor(sentence_logprobs(rnn, [h.words for h in nbest.hypotheses], options.match_case),
                       dtype=torch.float64)
     rank = scored.lattice.final_extra["hypothesis"].cpu()[scored.expansion.final_orig.cpu()]
@@ -227,53 +204,12 @@ def first_history_scores(expansion: Expansion, levels: Tensor, words: Tensor, rn
     return arc_lm, final_lm
 
 
-@torch.no_grad()
-def kaldi_style_rescore(lattice: Lattice, rnn: LoadedModel, history: int, acoustic_scale: float,
-                        word_penalty: float, lm_weight: float = 1.0, nbest: int = 10,
-                        max_elements: int = 1 << 24) -> dict[str, Any]:
-    """(b) RNN rescoring on an n-gram-history expansion (``history`` = n-1 words), first history wins."""
-    if not isinstance(rnn.model, RecurrentLM):
-        raise ValueError("kaldi_style_rescore drives a recurrent model")
-    device = rnn.device
-    started = _sync(device)
-    symbols = lattice.symbols
-    vocab = rnn.vocab
-    mapping = word_map(symbols, torch.tensor(vocab.encode(list(symbols))), DEFAULT_SKIP)
-    on_device = lattice.to(device)
-    expansion = expand(on_device, mapping, history, vocab.bos_id)
-    expanded = _sync(device)
-
-    num_states, src, dst = expansion.num_states, expansion.src, expansion.dst
-    word = expansion.arc_lm_word
-    arc_lm, final_lm = first_history_scores(expansion, on_device.levels, word, rnn, max_elements)
-    lm_scored = _sync(device)
-
-    orig = expansion.arc_orig
-    lat = expansion.lattice
-    total = (acoustic_scale * lat.acoustic[orig] + lm_weight * arc_lm + word_penalty * (word != PAD))
-    final_total = acoustic_scale * lat.final_acoustic[expansion.final_orig] + lm_weight * final_lm
-    state_level = on_device.levels[expansion.state_orig]
-    dag = Dag(num_states, 0, src, dst, total, expansion.finals, final_total, state_level)
-    labels = torch.where(word != PAD, lat.words[orig], -1)
-    hyps = k_best_distinct(dag, labels, nbest)
-    searched = _sync(device)
-    final_position = {int(s): i for i, s in enumerate(expansion.finals.tolist())}
-    out = []
-    for score, arcs in hyps:
-        end = final_position[int(dst[arcs[-1]])] if arcs.numel() else final_position[0]
-        out.append({"words": [symbols[i] for i in labels[arcs].tolist() if i >= 0], "score": score,
-                    "approx_lm": float(arc_lm[arcs].sum() + final_lm[end])})
-    return {"history": history, "expanded_states": num_states, "expanded_arcs": expansion.num_arcs,
-            "nbest": out, "seconds": {"expand": expanded - started, "rnn": lm_scored - expanded,
-                                      "search": searched - lm_scored, "total": searched - started}}
-
-
 def kaldi_style_scored(lattice: Lattice, rnn: LoadedModel, history: int, options: RescoreOptions) -> ScoredLattice:
     """(b) as the engine sees it: the lattice prepared and expanded by the engine at order
     ``history + 1`` (:class:`SilentScorer`; determinized and fitted to the budget as ``afp
     rescore`` would), with :func:`first_history_scores` in the ``new_lm`` column."""
     tick = time.perf_counter()
-    scored = score_for_options(lattice, SilentScorer(LMScorer(rnn), history), options)
+    scored = score_for_options(lattice, SilentScorer(LMScorer(rnn), history), options, rnn.device)
     reduced, expansion = scored.lattice, scored.expansion
     used = torch.unique(reduced.words).tolist()
     table = torch.full((len(reduced.symbols) + 1,), PAD, dtype=torch.int64)

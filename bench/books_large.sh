@@ -1,16 +1,16 @@
 #!/bin/bash
 # The LibriSpeech-domain model on books/ + books-large/ (67.6M words), with the 44,122-word
 # vocabulary of models/librispeech/afp (so perplexities compare): GRU-256 AFP-4, adaptive softmax,
-# bf16 on a CPU with AMX, one thread (the other core stays free). Resumable across sessions:
-#   bash bench/books_large.sh            # prepare the shards if needed, unpack the carried state, train
+# bf16 on a CPU with AMX, one thread (the other core stays free). Resumable (runs/books-large):
+#   bash bench/books_large.sh            # prepare the shards if needed, train
 #   bash bench/books_large.sh --prepare-only   # the shards only
-#   python -m bench.carry pack runs/books-large/gru-h256-rho4 bench/results/books-large/carry   # before a session ends
+# The run's last state and its best weights, as kept across the sessions that trained it (bf16), are in
+# bench/results/books-large/carry and best (bench/carry.py packed and unpacked them: see the git history).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=../shared/data
 RUN=runs/books-large
 OUT=$RUN/gru-h256-rho4
-CARRY=bench/results/books-large/carry
 mkdir -p "$RUN"
 if [ ! -f "$RUN/data/meta.json" ]; then
   .venv/bin/python -c "
@@ -19,10 +19,7 @@ open('$RUN/words.txt', 'w').write(''.join(f'{w} {i}\n' for i, w in enumerate(c['
   .venv/bin/afp prepare --text $DATA/books/train.txt $DATA/books-large/train-0{1,2,3,4,5,6}.txt.gz \
     --valid $DATA/books/valid.txt --words-txt "$RUN/words.txt" --out "$RUN/data"
 fi
-if [ "${1:-}" = "--prepare-only" ]; then exit 0; fi  # the shards only (bench/ngram_prune.py)
-if [ ! -f "$OUT/resume/state.json" ] && [ -f "$CARRY/state.json" ]; then
-  .venv/bin/python -m bench.carry unpack "$CARRY" "$OUT"
-fi
+if [ "${1:-}" = "--prepare-only" ]; then exit 0; fi  # the shards only (bench.bundle_mixtures)
 ARGS="--data $RUN/data --out $OUT --cell gru --hidden 256 --rho 4 --softmax adaptive --dropout 0.0 \
  --batch-size 64 --lr 0.002 --lr-decay 0.5 --clip 1.0 --init-range 0.05 --precision bf16 --num-threads 1 \
  --epochs 3 --seed 1 --checkpoint-every-minutes 10 --verbose"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (BOOKS_EM_LINES, BOOKS_PORTRAIT_LINES, REPO_ROOT, RESULTS, SHARED_DATA, afp, afp_ppl, environment,
-                          line_range, store_bf16, write_json)
+                          line_range, cast_weights, write_json)
 
 MODELS = REPO_ROOT / "models"
 RUNS = REPO_ROOT / "runs" / "bundle_mixtures"
@@ -102,7 +102,7 @@ def books_large_part(target: Path, run: Path) -> Path:
     weights = run / "model.safetensors"
     if not weights.is_file():  # a kept bf16 copy (bench/results/books-large/best)
         weights = run / "model.bf16.safetensors"
-    store_bf16(weights, part / "model.safetensors")
+    cast_weights(weights, part / "model.safetensors")
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     state = json.loads((run / "state.json").read_text(encoding="utf-8")) if (run / "state.json").is_file() else {}
     if not state and "steps" in config.get("training", {}):  # a checkpoint's config records its step and epochs
@@ -136,7 +136,7 @@ def books_large_part(target: Path, run: Path) -> Path:
          f"trained weights, {stored['ppl']:.2f} as stored (relative change {change:.1e})."
          if weights.name == "model.safetensors" else
          f"- Weights stored as bfloat16 (loaded as float32), as kept since training in `{run.name}/` "
-         f"(bench.carry's cast): validation perplexity {stored['ppl']:.2f} as stored."),
+         f"(bench.common.cast_weights): validation perplexity {stored['ppl']:.2f} as stored."),
         f"- Best validation perplexity {stored['ppl']:.2f} (this checkpoint, as stored; {stored['tokens']} tokens, "
         f"{stored['oov']} OOV words).",
         "- Command: `bash bench/books_large.sh`, then `python -m bench.bundle_mixtures librispeech`.", ""]),

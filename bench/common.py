@@ -110,11 +110,13 @@ def line_range(path: Path, first: int, last: int | None, out: Path) -> Path:
     return out
 
 
-def store_bf16(weights: Path, target: Path) -> None:
-    """``weights`` (a model's safetensors) written to ``target`` with its floating-point tensors
-    in bfloat16 (half the size; a model loads them as float32)."""
+def cast_weights(weights: Path, target: Path, dtype: str = "bfloat16") -> None:
+    """``weights`` (a model's safetensors) written to ``target`` with its floating-point tensors as
+    ``dtype``: ``bfloat16`` stores a model in half the size (a model loads it as float32);
+    ``float32`` makes kept bfloat16 weights a model directory's ``model.safetensors`` again."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
+    cast = getattr(torch, dtype)
+    tensors = {k: v.to(cast) if v.is_floating_point() else v for k, v in load_file(str(weights)).items()}
     save_file(tensors, str(target), metadata={"format": "afp-rescore/1"})

@@ -149,19 +149,32 @@ def priority(names: list[str]) -> list[str]:
 
 
 def count_kn(name: str, spec: dict[str, Any], dataset: str, out: Path) -> float:
-    """Fit the Kneser-Ney reference on the training text and record its validation perplexity."""
-    from bench.kneser_ney import KneserNey
+    """Count ``afp ngram``'s Kneser-Ney model (:mod:`lm.ngram.kneser_ney`) on the training text, with
+    the neural models' vocabulary, and record its validation perplexity (words and ``</s>``)."""
+    import numpy as np
+
     from lm.config import TrainConfig
+    from lm.ngram import kneser_ney
+    from lm.ngram.store import StoreScorer
+    from lm.scorer import text_score
     from lm.train import load_data
 
     preset = PRESETS[dataset]
     started = time.perf_counter()
     data = load_data(TrainConfig(train=str(preset["train"]), valid=str(preset["valid"])))
-    model = KneserNey.fit((s.tolist() for s in data.train.ids), spec["order"], sum(data.vocab.predictable_mask()),
-                          data.vocab.bos_id)
     assert data.valid is not None
-    valid_ppl = model.perplexity(s.tolist() for s in data.valid.ids)
-    metrics = {"epoch": 1, "valid_ppl": valid_ppl, "train_ppl": model.perplexity(s.tolist() for s in data.train.ids),
+    vocab, predictable = data.vocab, np.array(data.vocab.predictable_mask())
+    words = [s[1:-1] for s in data.train.ids]  # [<s>, w_1 .. w_n, </s>] -> the words
+    shard = (np.concatenate([w.numpy() for w in words]), np.cumsum([0, *(len(w) for w in words)]))
+    model = kneser_ney.build(kneser_ney.chunks_of([shard], vocab.bos_id, vocab.eos_id, vocab.unk_id), spec["order"],
+                             vocab.size, vocab.bos_id, predictable, vocab.words)
+    scorer = StoreScorer(kneser_ney.to_store(model, vocab.words, vocab.bos_id, predictable))
+
+    def ppl(ids: list[Any]) -> float:
+        return text_score(scorer, ([vocab.words[i] for i in s.tolist()[1:-1]] for s in ids)).ppl
+
+    valid_ppl = ppl(data.valid.ids)
+    metrics = {"epoch": 1, "valid_ppl": valid_ppl, "train_ppl": ppl(data.train.ids),
                "seconds": time.perf_counter() - started, "device": "cpu", "precision": "fp64",
                "discounts": [list(level.discounts) for level in model.orders]}
     (out / "runs" / name).mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ The set ``OUT`` (default ``runs/pocketsphinx/NAME``, git-ignored) holds:
                        gives filler words (silence) the LM's log-zero, so its lists avoid pauses
                        and their top is often worse than ``hyp.trn`` (see :func:`summarize`).
 ``decoder-lm.ngram.arpa.gz`` the decoder's own 3-gram as ARPA (for ``--old-lm``), read from the binary
-                       trie (:func:`read_sphinx_trie`): PocketSphinx's own ARPA writer crashes on
+                       trie (:func:`lm.ngram.sphinx.read_sphinx_trie`): PocketSphinx's own ARPA writer crashes on
                        ``en-us.lm.bin`` (its header over-counts the 2-grams by 6). It holds the
                        2-grams PocketSphinx inserted so that every 3-gram is reachable in its trie
                        (probability: the back-off value quantized to a 2-gram bin; back-off weight
@@ -51,18 +51,15 @@ case-insensitively), real-time factor and lattice sizes; the command adds it to
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import math
 import multiprocessing
-import os
 import platform
 import random
 import re
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -96,7 +93,6 @@ NOISE_OFFSET_MAX_S = 60.0
 CONFIG_KEYS = ("lw", "wip", "pip", "uw", "fillprob", "silprob", "nwpen", "ascale", "bestpath", "bestpathlw",
                "fwdflat", "fwdflatlw", "beam", "wbeam", "pbeam", "lpbeam", "lponlybeam", "maxhmmpf", "maxwpf",
                "topn", "logbase", "samprate", "cmn", "remove_noise")
-LOG10_BASE = math.log10(1.0001)
 
 
 class MissingTool(RuntimeError):
@@ -358,121 +354,14 @@ def decode_all(plan: Sequence[Utterance], out: Path, jobs: int, nbest: int, scan
 
 
 # ------------------------------------------------------------------------------- the LM as ARPA
-_TRIE_MAGIC = b"Trie Language Model"
-_QUANT_BITS = 16
-
-
-@dataclass(frozen=True)
-class SphinxTrie:
-    """A PocketSphinx/sphinxbase binary trie LM (``*.lm.bin``) read into arrays.
-
-    ``words``: the unigrams, id order. ``grams[n-1]``: int64 ``(count_n, n)`` word ids in ARPA
-    order (history first). ``log10_probs[n-1]``, ``log10_backoffs[n-1]``: float64 ``(count_n,)``
-    (back-offs all 0 for the highest order). ``header_counts``: the counts the file claims.
-    """
-
-    words: tuple[str, ...]
-    grams: list[np.ndarray]
-    log10_probs: list[np.ndarray]
-    log10_backoffs: list[np.ndarray]
-    header_counts: tuple[int, ...]
-
-
-def _bits(max_value: int) -> int:
-    return int(max_value).bit_length()
-
-
-def _bitfield(mem: np.ndarray, start: int, count: int, total_bits: int, offset: int, width: int) -> np.ndarray:
-    """Field ``offset .. offset + width`` bits of ``count`` little-endian packed records of
-    ``total_bits`` each, from byte ``start`` (sphinxbase's ``bitarr_read_int25/57``)."""
-    if width == 0:
-        return np.zeros(count, dtype=np.int64)
-    bit = np.arange(count, dtype=np.uint64) * np.uint64(total_bits) + np.uint64(offset)
-    byte = (bit >> np.uint64(3)).astype(np.int64) + start
-    value = np.zeros(count, dtype=np.uint64)
-    for k in range(8):
-        value |= mem[byte + k].astype(np.uint64) << np.uint64(8 * k)
-    return ((value >> (bit & np.uint64(7))) & np.uint64((1 << width) - 1)).astype(np.int64)
-
-
-def read_sphinx_trie(path: str | Path) -> SphinxTrie:
-    """Read a trie ``lm.bin`` (the layout of pocketsphinx 5's ``lm_trie.c``/``lm_trie_quant.c``,
-    little-endian): the magic ``Trie Language Model``; order (uint8); counts (uint32 each); an
-    int32; the quantization tables (float32: per middle order 2^16 probability then 2^16 back-off
-    centres, then 2^16 for the highest order); ``count_1 + 1`` unigrams ``(prob f32, backoff f32,
-    next u32)``; per middle order ``(1 + count_n)`` packed records ``word | backoff code (16) | prob
-    code (16) | next``, and for the highest order ``word | prob code``, each array padded to bytes
-    plus 8; then the words (uint32 byte count, NUL-terminated strings). Values are in log base
-    1.0001. The trie is keyed by the *last* word first: the path ``w3 -> w2 -> w1`` is the 3-gram
-    ``w1 w2 w3``. A level's true size is the parent level's last ``next`` pointer."""
-    data = Path(path).read_bytes()
-    if not data.startswith(_TRIE_MAGIC):
-        raise ValueError(f"{path}: not a PocketSphinx trie LM (no {_TRIE_MAGIC.decode()!r} header)")
-    pos = len(_TRIE_MAGIC)
-    order = data[pos]
-    counts = struct.unpack_from(f"<{order}I", data, pos + 1)
-    pos += 1 + 4 * order + 4
-    num_quant = (order - 2) * 2 * (1 << _QUANT_BITS) + (1 << _QUANT_BITS)
-    quant = np.frombuffer(data, dtype="<f4", count=num_quant, offset=pos).astype(np.float64)
-    pos += 4 * num_quant
-    unigrams = np.frombuffer(data, dtype=[("prob", "<f4"), ("bo", "<f4"), ("next", "<u4")], count=counts[0] + 1,
-                             offset=pos)
-    pos += 12 * (counts[0] + 1)
-    mem = np.frombuffer(data, dtype=np.uint8)
-    word_bits = _bits(counts[0])
-    paths = [np.arange(counts[0], dtype=np.int64)[:, None]]  # trie paths, last word first
-    probs = [unigrams["prob"][:-1].astype(np.float64)]
-    backoffs = [unigrams["bo"][:-1].astype(np.float64)]
-    next_pointers = unigrams["next"].astype(np.int64)
-    for n in range(2, order + 1):
-        size = int(next_pointers[-1])
-        middle = n < order
-        next_bits = _bits(counts[n]) if middle else 0
-        total = word_bits + (2 * _QUANT_BITS + next_bits if middle else _QUANT_BITS)
-        parents = np.searchsorted(next_pointers, np.arange(size), side="right") - 1
-        words = _bitfield(mem, pos, size, total, 0, word_bits)
-        paths.append(np.concatenate([paths[-1][parents], words[:, None]], axis=1))
-        table = (n - 2) * 2 * (1 << _QUANT_BITS)
-        if middle:
-            backoffs.append(quant[table + (1 << _QUANT_BITS) + _bitfield(mem, pos, size, total, word_bits, 16)])
-            probs.append(quant[table + _bitfield(mem, pos, size, total, word_bits + 16, 16)])
-            next_pointers = _bitfield(mem, pos, size + 1, total, word_bits + 32, next_bits)
-        else:
-            backoffs.append(np.zeros(size))
-            probs.append(quant[table + _bitfield(mem, pos, size, total, word_bits, 16)])
-        pos += ((1 + counts[n - 1]) * total + 7) // 8 + 8
-    (num_bytes,) = struct.unpack_from("<I", data, pos)
-    words_text = data[pos + 4:pos + 4 + num_bytes].decode("utf-8").split("\0")
-    if len(words_text) != counts[0] + 1 or words_text[-1] or pos + 4 + num_bytes != len(data):
-        raise ValueError(f"{path}: trie layout not understood (word table at byte {pos} does not fit)")
-    grams = [p[:, ::-1].copy() for p in paths]
-    return SphinxTrie(tuple(words_text[:-1]), grams, [p * LOG10_BASE for p in probs],
-                      [b * LOG10_BASE for b in backoffs], tuple(counts))
-
-
-def write_arpa(trie: SphinxTrie, out: Path) -> None:
-    """The trie as a gzipped ARPA file, each order sorted by word ids."""
-    words = np.array(trie.words, dtype=object)
-    with gzip.open(out, "wt", encoding="utf-8", compresslevel=6) as f:
-        f.write("\\data\\\n" + "".join(f"ngram {n}={len(g)}\n" for n, g in enumerate(trie.grams, 1)))
-        for n, (grams, probs, backoffs) in enumerate(zip(trie.grams, trie.log10_probs, trie.log10_backoffs), 1):
-            order = np.lexsort(grams.T[::-1])
-            text = [" ".join(column) for column in zip(*(words[grams[order, k]] for k in range(n)))]
-            f.write(f"\n\\{n}-grams:\n")
-            if n < len(trie.grams):
-                f.writelines(f"{p:.6f}\t{t}\t{b:.6f}\n" for p, t, b in zip(probs[order], text, backoffs[order]))
-            else:
-                f.writelines(f"{p:.6f}\t{t}\n" for p, t in zip(probs[order], text))
-        f.write("\n\\end\\\n")
-
-
-def check_arpa(arpa: Path, lm_bin: Path, trie: SphinxTrie, samples: int = 300, seed: int = 0) -> dict[str, Any]:
+def check_arpa(arpa: Path, lm_bin: Path, trie: Any, samples: int = 300, seed: int = 0) -> dict[str, Any]:
     """Score ``samples`` listed 3-grams, listed 2-grams and random word triples (mostly backed off)
     with the project's ARPA reader and with ``pocketsphinx.NGramModel.prob`` on ``lm_bin``;
     PocketSphinx truncates its scores to whole units of log base 1.0001, so they agree within
     about 2 units (``LOG10_BASE`` each) when the ARPA file is right."""
     from pocketsphinx import Config, LogMath, NGramModel
 
+    from lm.ngram.sphinx import LOG10_BASE
     from lm.ngram.store import read_arpa_store
 
     store = read_arpa_store(arpa, dtype=np.float64)
@@ -499,9 +388,12 @@ def check_arpa(arpa: Path, lm_bin: Path, trie: SphinxTrie, samples: int = 300, s
 
 
 def export_decoder_lm(lm_bin: Path, out: Path) -> dict[str, Any]:
-    """Write ``out`` (ARPA, gzipped) from the decoder's ``lm_bin`` and check it; returns counts and check."""
+    """Write ``out`` (ARPA, gzipped) from the decoder's ``lm_bin`` (:mod:`lm.ngram.sphinx`) and check
+    it; returns counts and check."""
+    from lm.ngram.sphinx import read_sphinx_trie, write_trie_arpa
+
     trie = read_sphinx_trie(lm_bin)
-    write_arpa(trie, out)
+    write_trie_arpa(trie, out)
     return {"file": out.name, "from": lm_bin.name, "counts": [len(g) for g in trie.grams],
             "header_counts": list(trie.header_counts), "check": check_arpa(out, lm_bin, trie)}
 

@@ -25,21 +25,21 @@ the first ``--limit`` of the other, both ways. The systems (``--systems`` names,
 ``lattice-gru-rho4``       exact lattice rescoring with the GRU's AFP twin
                            ``bench/results/books-pair/gru-h256-rho4`` (same recipe, rho 4)
 ``lattice-mixture-acausal``  the mixture plus the acausal window feature (``acausal``: the books
-                           window model rho 4, K = 2 of bench/acausal.py, kept in
+                           window model rho 4, K = 2 of bench/acausal_train.sh, kept in
                            ``bench/results/acausal/carry/books-window-rho4-k2``)
 =========================  =====================================================================
 
 Every system other than the decoder is one code path: the engine prepares each input (a lattice, or
 the n-best lattice of its n best) and scores it into a :class:`~lattices.scored.ScoredLattice`
 (``afp rescore``'s :func:`~lattices.rescore.score_for_options`; the full-history GRU's own scores
-put in its ``new_lm`` column by :mod:`bench.baselines`); ``afp tune``'s joint search
-(:func:`afp.tune.joint_tune`, the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
+put in its ``new_lm`` column by :mod:`bench.baselines`), and :mod:`afp.transfer` tunes and applies:
+``afp tune``'s joint search (the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
 tuning set: from the first pass's own point and ``--restarts`` random ones (default 1), without
-cross-validation (``--folds``, default 1), as bench/pocketsphinx_rescore.py does. (``afp tune``'s own
+cross-validation (``--folds``, default 1). (``afp tune``'s own
 defaults, 3 and 5, cost about ten times as much: on a lattice every candidate of a line search is a
 full search of every utterance, 25 candidates per line search.) Then those weights, as ``afp tune
---save`` writes them, are applied with ``afp rescore``'s search (:func:`~lattices.rescore.rescore_scored`)
-to the other set. Where ``afp tune`` would save nothing (the tuned point is worse than the decoder on the tuning
+--save`` writes them, are applied to the other set, each lattice prepared, scored and searched
+again with them as ``afp rescore --weights`` does. Where ``afp tune`` would save nothing (the tuned point is worse than the decoder on the tuning
 set) the tuned point is applied anyway and the row says so. The engine runs at its defaults
 (:func:`afp.options.build_options`), on the CPU, one torch thread.
 
@@ -97,6 +97,8 @@ PAIRS = (("lattice-gru-rho4", "kaldi-gru"), ("lattice-gru-rho4", "nbest50-gru"),
          ("lattice-mixture", "lattice-afp"), ("lattice-mixture-acausal", "lattice-mixture"))
 #: Kaldi-style history merging: 4 words, the order (rho + 1 = 5) of the AFP twin
 KALDI_HISTORY = 4
+#: the books-pair GRUs are kept in bench/results/books-pair; their recipe (bench/books_pair.sh) is retired
+BOOKS_PAIR_ABSENT = "not there (bench/books_pair.sh trained it: see the git history of bench/results/books-pair)"
 AUDIO = "synthetic (text-to-speech voices, bench/pocketsphinx_set.py): not real speech"
 
 
@@ -128,13 +130,13 @@ def default_systems() -> list[System]:
         System("nbest500-afp", "500-best, AFP part", "nbest", MODELS / "afp", 500),
         System("lattice-kn4", "lattice, KN 4-gram only", "lattice", MODELS / "ngram"),
         System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50,
-               absent="not trained (bash bench/books_pair.sh exact)"),
+               absent=BOOKS_PAIR_ABSENT),
         System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru,
-               absent="not trained (bash bench/books_pair.sh exact)"),
+               absent=BOOKS_PAIR_ABSENT),
         System("lattice-afp", "exact lattice, AFP part", "lattice", MODELS / "afp"),
         System("lattice-mixture", "exact lattice, mixture (AFP + 4-gram)", "lattice", MODELS),
         System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin,
-               absent="not trained (bash bench/books_pair.sh afp)"),
+               absent=BOOKS_PAIR_ABSENT),
         System("lattice-mixture-acausal", "exact lattice, mixture + acausal window", "lattice", MODELS,
                feature=WINDOW, absent="not available (no LibriSpeech-domain window model: bash bench/acausal_train.sh books)"),
     ]
@@ -148,8 +150,8 @@ def _row_key(system: str, tuned_on: str, applied_to: str) -> str:
 def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     """A loadable model directory for ``path``: itself when it is one (a checkpoint, a mixture, an
     n-gram directory), a float32 copy in ``cache`` of kept bf16 weights (``model.bf16.safetensors``
-    and ``config.json``, :func:`bench.carry.cast`), or None when there is no model."""
-    from bench.carry import cast
+    and ``config.json``, :func:`bench.common.cast_weights`), or None when there is no model."""
+    from bench.common import cast_weights
 
     if not path.exists():
         return None
@@ -163,7 +165,7 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     if not weights.is_file() or weights.stat().st_mtime < kept.stat().st_mtime:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(config, target / "config.json")
-        cast(kept, target / "model.safetensors.tmp", torch.float32)
+        cast_weights(kept, target / "model.safetensors.tmp", "float32")
         (target / "model.safetensors.tmp").replace(weights)
     return target
 
@@ -258,51 +260,45 @@ def _applied(data: dict[str, Any], words: list[list[str]], seconds: list[float] 
     return out
 
 
-def _tuned_point(report: dict[str, Any]) -> tuple[dict[str, float], str]:
-    """The point ``afp tune --save`` writes, or (when it would write nothing) the tuned point."""
-    chosen = report["chosen"]
-    if chosen["point"] is not None:
-        return chosen["point"], chosen["reason"]
-    best = {k: v for k, v in report["best"].items() if k not in ("wer", "errors", "against_first_pass")}
-    return best, f"the tuned point, applied although afp tune would save nothing ({chosen['reason']})"
+def scored_set(loaded: Loaded, data: dict[str, Any], lattices: list[Any]) -> tuple[Any, float]:
+    """A set scored once under the system's untuned options (its :class:`afp.tune.Tuner`) and the
+    seconds that took."""
+    from afp.tune import Tuner
+
+    tick = time.perf_counter()
+    tuner = Tuner(None, loaded.base, data["refs"], features=loaded.features)
+    for lattice in lattices:
+        tuner.add_scored(loaded.score(lattice, loaded.base))
+    return tuner, time.perf_counter() - tick
 
 
-def run_row(system: System, loaded: Loaded, tune: dict[str, Any], test: dict[str, Any], lattices: dict[str, list[Any]],
-            restarts: int, folds: int, seed: int = 0) -> dict[str, Any]:
-    """Tune ``system`` on ``tune``, apply it to ``test``: the row of the table."""
-    from afp.options import build_options
-    from afp.tune import Tuner, joint_tune
-    from afp.weights import TunedWeights
-    from lattices.rescore import rescore_scored
+def run_row(system: System, loaded: Loaded | None, tune: dict[str, Any], test: dict[str, Any],
+            lattices: dict[str, list[Any]], tuners: dict[str, tuple[Any, float]], restarts: int, folds: int,
+            seed: int = 0) -> dict[str, Any]:
+    """Tune ``system`` on ``tune``, apply it to ``test`` (:mod:`afp.transfer`, each test lattice
+    scored again with the weights applied, as ``afp rescore --weights`` does): the row of the table.
+    ``tuners``: each set's scored tuner, filled as needed (one per set serves both directions)."""
+    from afp.transfer import apply_weights, tune_weights
 
     row: dict[str, Any] = {"system": system.name, "label": system.label, "tuned_on": tune["name"],
                            "applied_to": test["name"]}
-    if system.kind == "decoder":
-        words = [test["hyps"].get(u["key"], []) for u in test["utterances"]]
-        return {**row, **_applied(test, words, None)}
+    if loaded is None:  # the decoder
+        return {**row, **_applied(test, [test["hyps"].get(u["key"], []) for u in test["utterances"]], None)}
+    for data in (tune, test):
+        if data["name"] not in tuners:
+            tuners[data["name"]] = scored_set(loaded, data, lattices[data["name"]])
+    tuner, scoring_seconds = tuners[tune["name"]]
     tick = time.perf_counter()
-    tuner = Tuner(None, loaded.base, tune["refs"], features=loaded.features)
-    for lattice in lattices[tune["name"]]:
-        tuner.add_scored(loaded.score(lattice, loaded.base))
-    report = joint_tune(tuner, restarts=restarts, folds=folds, seed=seed, baseline=tune["hyps"])
-    tune_seconds = time.perf_counter() - tick
-    point, reason = _tuned_point(report)
-    weights = TunedWeights.from_options(loaded.base.at_point(point))
-    options = build_options({}, weights=weights, unk_default=loaded.unk_default)
-    words, seconds, expanded = [], [], 0
-    for lattice in lattices[test["name"]]:
-        tick = time.perf_counter()
-        result = rescore_scored(loaded.score(lattice, options), options, tick)[0]
-        seconds.append(time.perf_counter() - tick)
-        words.append(result.best.words)
-        expanded += int(result.stats.get("expanded_arcs", 0))
-    applied = _applied(test, words, seconds)
-    summary = {k: report[k] for k in ("first_pass_wer", "start", "best", "cross_validated", "baseline", "chosen",
-                                      "at_edge", "line_searches") if k in report}
+    tuned = tune_weights(tuner, restarts=restarts, folds=folds, seed=seed, baseline=tune["hyps"], apply_best=True)
+    tune_seconds = scoring_seconds + time.perf_counter() - tick
+    decoded = apply_weights(tuners[test["name"]][0], tuned.point, inputs=lattices[test["name"]], score=loaded.score)
+    applied = _applied(test, [list(w) for w in decoded.words], list(decoded.seconds or ()))
+    summary = {k: tuned.report[k] for k in ("first_pass_wer", "start", "best", "cross_validated", "baseline",
+                                            "chosen", "at_edge", "line_searches") if k in tuned.report}
     return {**row, **{k: v for k, v in applied.items() if k != "per_utterance"},
             "tune_seconds": tune_seconds, "tune_utterances": len(tuner.utterances),
-            "model_load_seconds": loaded.seconds, "expanded_arcs_per_utterance": expanded / len(words),
-            "point": point, "point_is": reason, "tune": summary, "per_utterance": applied["per_utterance"]}
+            "model_load_seconds": loaded.seconds, "point": tuned.point, "point_is": tuned.reason, "tune": summary,
+            "per_utterance": applied["per_utterance"]}
 
 
 def compare_rows(table: dict[str, Any], seed: int = 0) -> None:
@@ -336,9 +332,20 @@ def _compared(rows: dict[str, Any], row: dict[str, Any], other: str, seed: int) 
 
 
 # ------------------------------------------------------------------------------------- the table
+def load_set(name: str, limit: int | None, sets: Path = SETS_DIR) -> dict[str, Any]:
+    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``)."""
+    from afp.wer import read_hypotheses, read_references
+
+    root = Path(sets) / name
+    info = json.loads((root / "set.json").read_text())
+    utts = info["utterances"][:limit] if limit else info["utterances"]
+    return {"name": name, "root": root, "utterances": utts, "refs": read_references(root / "ref.trn"),
+            "hyps": read_hypotheses(root / "hyp.trn"), "synthetic": info.get("synthetic", True),
+            "paths": [root / "lattices" / f"{u['key']}.slf" for u in utts]}
+
+
 def _read_sets(sets_dir: Path, limit: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     from afp.wer import case_differs
-    from bench.pocketsphinx_rescore import load_set
 
     sets, info = {}, {}
     for name in SETS:
@@ -430,8 +437,9 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
             print(f"{system.name}: done already", flush=True)
             continue
         loaded = load_system(system, cache) if system.kind != "decoder" else None
+        tuners: dict[str, tuple[Any, float]] = {}
         for tune_name, test_name in todo:
-            row = run_row(system, loaded, sets[tune_name], sets[test_name], lattices, restarts, folds)  # type: ignore[arg-type]
+            row = run_row(system, loaded, sets[tune_name], sets[test_name], lattices, tuners, restarts, folds)
             table["rows"][_row_key(system.name, tune_name, test_name)] = row
             table = _merge(out, table, mine)
             print(f"{system.name}: tuned on {tune_name}, applied to {test_name}: WER {row['wer']:.2f}"

@@ -11,6 +11,11 @@ and ``ami-kaldi/1.lat``:
     of history; a state keeps the RNN state of the first history to arrive): approximate; the
     difference between its LM scores and the RNN's true sentence scores is reported.
 
+Every system goes through the engine's preparation and search (:mod:`bench.baselines` puts the
+RNN's scores in the engine's expansion) with the options ``afp rescore`` builds
+(:func:`afp.options.build_options`, each model's own unknown-word penalty); the RNN replaces the
+first-pass LM at weight 1.
+
 Models: Elman RNNs, 128 units, trained on ``conversational-text`` (AFP-rho for each rho, and one
 exact BPTT model), trained here when missing. Each measurement is the median of ``--repeats``
 runs after a warm-up. Writes ``bench/results/rescoring_<device>.json`` and ``.png``.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,14 +104,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    from bench.baselines import kaldi_style_rescore, nbest_rescore
+    from afp.options import build_options
+    from bench.baselines import first_pass_nbest, kaldi_style_scored, nbest_scored, sentence_logprobs
     from lattices.formats import read_lattice_file
-    from lattices.rescore import RescoreOptions, rescore
+    from lattices.rescore import rescore, rescore_scored
     from lm.checkpoint import load_checkpoint
-    from lm.corpus import encode
-    from lm.evaluate import score_corpus
-    from lm.scorer import LMScorer
     from lm.device import resolve_device
+    from lm.scorer import LMScorer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -123,7 +128,9 @@ def main() -> None:
     rnn = load_checkpoint(ensure_model("rnn-bptt", {"mode": "exact"}, str(device)), device)
     afp_models = {rho: load_checkpoint(ensure_model(f"afp-rho{rho}", {"mode": "afp", "rho": rho}, str(device)), device)
                   for rho in args.rhos}
-    scales = {lat.key: RescoreOptions().scales_for(lat) for lat in lattices}
+    # the RNN replaces the first-pass LM at weight 1; the lattices' own acoustic scale and word penalty
+    rnn_options = build_options({"lm_weight": 1.0, "old_lm_weight": 0.0, "nbest": 10},
+                                unk_default=rnn.default_unk_penalty)
     report: dict[str, Any] = {
         "benchmark": "bench.rescoring_speed", "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
@@ -137,8 +144,9 @@ def main() -> None:
 
     for rho, loaded in afp_models.items():
         scorer, rows = LMScorer(loaded), []
+        options = build_options({}, unk_default=loaded.default_unk_penalty)
         for lat in lattices:
-            result, seconds = timed(lambda: rescore(lat, scorer, RescoreOptions(), device=device), args.repeats)
+            result, seconds = timed(lambda: rescore(lat, scorer, options, device=device), args.repeats)
             r = result[0]
             rows.append({"key": lat.key, **{k: r.stats[k] for k in ("expanded_states", "expanded_arcs",
                                                                      "unique_contexts", "scored_pairs")},
@@ -149,12 +157,21 @@ def main() -> None:
         print(f"AFP rho={rho}: {report['afp'][f'rho{rho}']['total_seconds']:.3f}s, "
               f"{report['afp'][f'rho{rho}']['expanded_arcs']} expanded arcs", flush=True)
 
+    def nbest_run(lat: Any, n: int) -> list[Any]:  # listing the n best, scoring them, the search
+        tick = time.perf_counter()
+        listed = first_pass_nbest(lat, n, *rnn_options.scales_for(lat), rnn_options.skip_words)
+        return rescore_scored(nbest_scored(listed, lat, rnn, rnn_options), rnn_options, tick)
+
+    def kaldi_run(lat: Any, history: int) -> list[Any]:  # the merged-history expansion, the RNN, the search
+        tick = time.perf_counter()
+        return rescore_scored(kaldi_style_scored(lat, rnn, history, rnn_options), rnn_options, tick)
+
     for n in args.nbest:
         rows = []
         for lat in lattices:
-            a, s = scales[lat.key]
-            result, seconds = timed(lambda: nbest_rescore(lat, rnn, n, a, s), args.repeats)
-            rows.append({"key": lat.key, "hypotheses": result["n"], "seconds": seconds})
+            _, seconds = timed(lambda: nbest_run(lat, n), args.repeats)
+            listed = first_pass_nbest(lat, n, *rnn_options.scales_for(lat), rnn_options.skip_words)
+            rows.append({"key": lat.key, "hypotheses": len(listed.hypotheses), "seconds": seconds})
         report["nbest"][f"N={n}"] = {"per_lattice": rows, "total_seconds": sum(x["seconds"] for x in rows),
                                      "hypotheses": sum(x["hypotheses"] for x in rows)}
         print(f"n-best N={n}: {report['nbest'][f'N={n}']['total_seconds']:.3f}s", flush=True)
@@ -162,14 +179,12 @@ def main() -> None:
     for rho in args.rhos:
         rows, errors = [], []
         for lat in lattices:
-            a, s = scales[lat.key]
-            result, seconds = timed(lambda: kaldi_style_rescore(lat, rnn, rho, a, s), args.repeats)
-            true = [float(t.sum()) for t in score_corpus(rnn.model, encode([h["words"] for h in result["nbest"]],
-                                                                             rnn.vocab)).token_logprobs]
-            diffs = [abs(h["approx_lm"] - t) for h, t in zip(result["nbest"], true)]
+            (result,), seconds = timed(lambda: kaldi_run(lat, rho), args.repeats)
+            true = sentence_logprobs(rnn, [h.words for h in result.nbest])
+            diffs = [abs(h.lm_logprob - t) for h, t in zip(result.nbest, true)]
             errors += diffs
-            rows.append({"key": lat.key, "expanded_arcs": result["expanded_arcs"], "seconds": seconds,
-                         "max_abs_lm_error": max(diffs), "best_lm_error": result["nbest"][0]["approx_lm"] - true[0]})
+            rows.append({"key": lat.key, "expanded_arcs": result.stats["expanded_arcs"], "seconds": seconds,
+                         "max_abs_lm_error": max(diffs), "best_lm_error": result.nbest[0].lm_logprob - true[0]})
         report["kaldi_style"][f"history{rho}"] = {
             "per_lattice": rows, "total_seconds": sum(x["seconds"] for x in rows),
             "lm_error_vs_true_rnn": {"hypotheses": len(errors), "mean_abs": statistics.fmean(errors),

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, store_bf16, \
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, cast_weights, \
     trained, write_json
 
 #: largest relative change of validation perplexity that bfloat16 storage may cause
@@ -199,7 +199,7 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
     target.mkdir(parents=True, exist_ok=True)
     dtype = spec.get("store_dtype", "float32")
     if dtype == "bfloat16":
-        store_bf16(run_dir / "model.safetensors", target / "model.safetensors")
+        cast_weights(run_dir / "model.safetensors", target / "model.safetensors")
     else:
         shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
@@ -237,8 +237,9 @@ def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
     import statistics
     import time
 
+    from afp.options import build_options
     from lattices.formats import read_lattice_file
-    from lattices.rescore import RescoreOptions, rescore
+    from lattices.rescore import rescore
     from lm.checkpoint import load_checkpoint
     from lm.scorer import LMScorer
 
@@ -246,11 +247,12 @@ def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
     if not files:
         return None
     lattices = [lat for f in files for lat in read_lattice_file(f)]
-    scorer = LMScorer(load_checkpoint(run_dir))
+    loaded = load_checkpoint(run_dir)
+    scorer, options = LMScorer(loaded), build_options({}, unk_default=loaded.default_unk_penalty)
 
     def once() -> tuple[float, list[dict[str, Any]]]:
         started = time.perf_counter()
-        stats = [rescore(lat, scorer, RescoreOptions())[0].stats for lat in lattices]
+        stats = [rescore(lat, scorer, options)[0].stats for lat in lattices]
         return time.perf_counter() - started, stats
 
     once()

@@ -10,7 +10,7 @@ Training. For every mode (exact BPTT; AFP-rho, FPI, ``--rho`` 4) x softmax (full
 :func:`lm.config.default_cutoffs`) x V (``--vocab-sizes``), a GRU LM (``--hidden`` 256) trains
 with :func:`lm.train.train_step` (forward, backward, clipping, Adam) on the same fixed sample of
 ``--batches`` batches of ``--batch-size`` rows x ``--bptt`` tokens. The configurations take turns,
-round after round (``bench.epoch_timing.time_round``), so that machine noise hits them alike;
+round after round (:func:`time_round`), so that machine noise hits them alike;
 tokens/s is that of the median round, and each configuration is also given as a ratio to the
 (exact, full) configuration of the same V (above 1: faster).
 
@@ -76,7 +76,6 @@ import torch
 from torch import Tensor
 
 from bench.common import RESULTS, environment, pyplot, save_figure, write_json
-from bench.epoch_timing import sync, time_round
 
 ZIPF_EXPONENT = 1.0
 VOCAB_SIZES = (10_000, 33_278, 200_000)
@@ -131,6 +130,23 @@ class ThroughputConfig:
 #: ``--quick``: tiny sizes, a check that every path runs (seconds), not a measurement.
 QUICK = {"vocab_sizes": (100, 300, 1000), "hidden": 16, "batch_size": 4, "bptt": 8, "batches": 2, "rounds": 2,
          "score_vocab_size": 1000, "contexts": 64, "targets_per_context": 4}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_round(model: Any, optimizer: Any, sample: Sequence[Any], precision: str, device: torch.device) -> float:
+    """Seconds of one :func:`lm.train.train_step` per batch of ``sample`` (clipping at 1)."""
+    from lm.train import train_step
+
+    sync(device)
+    started = time.perf_counter()
+    for batch in sample:
+        train_step(model, optimizer, batch, False, clip=1.0, precision=precision)
+    sync(device)
+    return time.perf_counter() - started
 
 
 def zipf_ids(vocab_size: int, count: int, generator: torch.Generator) -> Tensor:
@@ -209,8 +225,8 @@ class TrainSetup:
         model.reset_parameters(0.05)
         model.to(device).train()
         optimizer = make_optimizer(model, 1e-3)
-        time_round(model, optimizer, sample[:2], False, self.precision, device)  # warm-up
-        return lambda: time_round(model, optimizer, sample, False, self.precision, device)
+        time_round(model, optimizer, sample[:2], self.precision, device)  # warm-up
+        return lambda: time_round(model, optimizer, sample, self.precision, device)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from lattices.ops import check_deadline
 from lattices.search import Dag
 from lattices.topology import arcs_by_state
 
-__all__ = ["DistinctKBest", "k_best_distinct", "search_distinct"]
+__all__ = ["DistinctKBest", "search_distinct"]
 
 _END, _STATE = 0, 1  # node kinds; an end node sorts before a state node of the same priority and prefix
 _DEADLINE_EVERY = 1024  # expansions between deadline checks
@@ -180,13 +180,6 @@ def search_distinct(dag: Dag, labels: Tensor, k: int, max_expansions: int | None
             push(g + h, child, _STATE, depth, d, g + score, a, node)
     found.sort(key=lambda item: -item[0])  # stable: only reorders scores that differ by rounding
     return DistinctKBest(found, len(node_arc), pushed, truncated)
-
-
-def k_best_distinct(dag: Dag, labels: Tensor, k: int, max_expansions: int | None = None) -> list[tuple[float, Tensor]]:
-    """``search_distinct(...).found``: ``(score, arcs)`` of the ``k`` best distinct label
-    sequences, best first (fewer when the graph has fewer, or when ``max_expansions`` was
-    reached: use :func:`search_distinct` to tell the two apart)."""
-    return search_distinct(dag, labels, k, max_expansions).found
 
 
 class _OutArcs:

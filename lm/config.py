@@ -242,7 +242,7 @@ class TrainConfig(_JsonConfig):
     the vocabulary is built from the training text; ``words_txt`` reads it from a Kaldi table.
     ``precision`` ``bf16`` runs the training forward pass under bfloat16 autocast (weights,
     optimizer and validation stay float32): an epoch takes 0.57x-0.72x of the float32 time on a
-    CPU with AVX512-BF16/AMX (``bench.epoch_timing --precision fp32 bf16``); the output-layer
+    CPU with AVX512-BF16/AMX (``bench/results/epoch_timing_cpu.json``); the output-layer
     matmul dominates, so GPUs should gain as well. A CPU without native bfloat16 (AVX2 only)
     emulates it and trains an order of magnitude slower: ``auto`` picks bf16 on CUDA and on CPUs with
     AVX512-BF16 or AMX, else fp32 (:func:`lm.train.resolve_precision`). ``tf32`` lets the float32

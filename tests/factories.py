@@ -74,6 +74,23 @@ def saved_model(directory: Path, vocab: Vocabulary | None = None, **fields) -> P
     return save_checkpoint(directory, make_model(vocab, **fields), vocab, {"note": "test model"})
 
 
+def kn_arpa(path: Path, sentences: list[list[int]], vocab: Vocabulary, order: int) -> Path:
+    """A Kneser-Ney model of encoded ``sentences`` (``[<s>, w_1, ..., </s>]`` ids of ``vocab``),
+    built and written as ARPA by ``afp ngram``'s estimator (:mod:`lm.ngram.kneser_ney`); ``path``."""
+    import numpy as np
+
+    from lm.ngram import kneser_ney
+
+    words = [s[1:-1] for s in sentences]
+    tokens = np.array([i for s in words for i in s], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in words])]).astype(np.int64)
+    predictable = np.array(vocab.predictable_mask())
+    chunks = kneser_ney.chunks_of([(tokens, offsets)], vocab.bos_id, vocab.eos_id, vocab.unk_id)
+    model = kneser_ney.build(chunks, order, vocab.size, vocab.bos_id, predictable, vocab.words)
+    kneser_ney.write_arpa(model, vocab.words, vocab.bos_id, predictable, path)
+    return path
+
+
 def patterned_sentences(count: int, seed: int = 0) -> list[list[str]]:
     """Sentences from a small grammar, so that a model has something to learn."""
     rng = random.Random(seed)

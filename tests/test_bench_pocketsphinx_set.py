@@ -1,12 +1,10 @@
 """bench.pocketsphinx_set: a tiny TTS set and the shipped LibriVox set decoded by PocketSphinx, and
-the decoder's binary trie LM read back as ARPA. Skipped without pocketsphinx (and, for the TTS
-set, without flite and sox: Debian packages ``flite`` and ``sox``)."""
+the decoder's binary trie LM exported as ARPA and checked against PocketSphinx. Skipped without
+pocketsphinx (and, for the TTS set, without flite and sox: Debian packages ``flite`` and ``sox``)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import wave
 from pathlib import Path
 
@@ -135,60 +133,12 @@ def test_librivox_set(tmp_path: Path) -> None:
     assert 0 < summary["rtf"]["decode"] < 5
 
 
-TINY_ARPA = """\\data\\
-ngram 1=6
-ngram 2=5
-ngram 3=3
+def test_the_decoder_lm_is_exported_and_agrees_with_pocketsphinx(tmp_path: Path) -> None:
+    """export_decoder_lm (lm.ngram.sphinx's reader and the ARPA writer) checked by check_arpa against
+    pocketsphinx.NGramModel.prob on the trie of tests/lm/test_sphinx.py's tiny model."""
+    from tests.lm.test_sphinx import tiny_trie
 
-\\1-grams:
--99.0\t<s>\t-0.30
--0.70\t</s>
--0.80\ta\t-0.25
--0.90\tb\t-0.20
--1.00\tc\t-0.15
--1.20\td
-
-\\2-grams:
--0.40\t<s> a\t-0.10
--0.50\ta b\t-0.05
--0.35\ta c
--0.30\tb c\t-0.12
--0.60\tc </s>
-
-\\3-grams:
--0.20\t<s> a b
--0.25\ta b c
--0.15\tb c d
-
-\\end\\
-"""
-
-
-def test_trie_lm_to_arpa(tmp_path: Path) -> None:
-    arpa, lm_bin, out = tmp_path / "tiny.arpa", tmp_path / "tiny.lm.bin", tmp_path / "back.arpa.gz"
-    arpa.write_text(TINY_ARPA, encoding="utf-8")
-    # PocketSphinx writes the trie (in a child process: its LM code crashes on some input)
-    subprocess.run([sys.executable, "-c", "import sys, pocketsphinx as p; m = p.NGramModel.readfile(sys.argv[1]); "
-                    "m.write(sys.argv[2], p.NGramModel.str_to_type('bin'))", str(arpa), str(lm_bin)], check=True,
-                   capture_output=True)
-    trie = ps_set.read_sphinx_trie(lm_bin)
-    assert trie.words == ("<s>", "</s>", "a", "b", "c", "d")
-    listed = {tuple(trie.words[i] for i in row): (p, b) for grams, probs, backoffs in
-              zip(trie.grams, trie.log10_probs, trie.log10_backoffs) for row, p, b in zip(grams, probs, backoffs)}
-    assert listed[("a", "b")] == (pytest.approx(-0.5, abs=1e-4), pytest.approx(-0.05, abs=1e-4))
-    assert listed[("b", "c", "d")][0] == pytest.approx(-0.15, abs=1e-4)
-    # the trie holds "c d" too, so that "b c d" is reachable from "d" (its probability quantized)
-    assert ("c", "d") in listed and len(trie.grams[1]) == 6
-    ps_set.write_arpa(trie, out)
-    check = ps_set.check_arpa(out, lm_bin, trie, samples=40)
-    assert check["max_abs_diff_log10"] <= check["tolerance_log10"]
-    from lm.ngram.store import read_arpa_store
-
-    assert read_arpa_store(out).counts == (6, 6, 3)
-
-
-def test_bad_trie_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "x.lm.bin"
-    path.write_bytes(b"Darpa Trigram LM\0")
-    with pytest.raises(ValueError, match="not a PocketSphinx trie"):
-        ps_set.read_sphinx_trie(path)
+    lm_bin = tiny_trie(tmp_path)
+    exported = ps_set.export_decoder_lm(lm_bin, tmp_path / "back.arpa.gz")
+    assert exported["counts"] == [6, 6, 3] and exported["check"]["ngrams_checked"] > 0
+    assert exported["check"]["max_abs_diff_log10"] <= exported["check"]["tolerance_log10"]

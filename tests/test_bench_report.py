@@ -39,9 +39,84 @@ def test_tables_carry_the_measured_values_and_mark_incomplete_runs(tmp_path):
     assert text.count("Not run yet.") == 5
 
 
-def test_committed_readme_matches_committed_json():
-    assert (RESULTS / "README.md").read_text(encoding="utf-8") == render(RESULTS), \
-        "bench/results/README.md is stale: run python -m bench.report"
+def test_committed_readme_is_up_to_date():
+    """What ``python -m bench.report --check`` checks: the README is the render of the JSON beside it."""
+    assert README.read_text(encoding="utf-8") == render(RESULTS), "bench/results/README.md is stale: run python -m bench.report"
+
+
+# The committed README against the committed JSON, each fact read and formatted here, not by the report.
+README = RESULTS / "README.md"
+
+
+def _readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _json(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def test_every_training_run_and_bundled_candidate_has_its_measured_row():
+    text = _readme()
+    for study in ("ptb", "ptb-bf16", "wikitext2-bf16"):
+        for name, run in _json(f"{study}/summary.json")["runs"].items():
+            assert f"| {name} | {run['best_valid_ppl']:.2f} | {run['best_epoch']} | " in text, (study, name)
+    for preset in ("conversational", "librispeech", "ptb"):
+        for name, candidate in _json(f"bundled/{preset}.json")["candidates"].items():
+            if "best_valid_ppl" in candidate:
+                assert f"| {name} | " in text and f" | {candidate['best_valid_ppl']:.2f} | " in text, (preset, name)
+    for row in _json("train_throughput_cpu.json")["train"]:
+        mode = "exact (BPTT)" if row["mode"] == "exact" else "AFP-4"
+        assert f"| {row['vocab_size']:,} | {mode} | {row['softmax']} | {row['tokens_per_second']:.0f} | " in text
+
+
+def test_every_wer_of_the_committed_tables_is_in_the_readme():
+    text = _readme()
+    wer = _json("wer_librispeech.json")
+    assert f"| first pass | {wer['sets']['dev_clean']['first_pass_wer']:.2f} | " \
+           f"{wer['sets']['dev_other']['first_pass_wer']:.2f} |" in text
+    for label, system in wer["systems"].items():
+        clean, other = (next(v["wer"] for k, v in system["results"].items() if k.startswith(s) and "tuned on" in k)
+                        for s in ("dev_clean", "dev_other"))
+        assert f"| {label} | {clean:.2f} | {other:.2f} | " in text, label
+    table = _json("pocketsphinx_wer_table.json")
+    for row in table["rows"].values():
+        label = table["systems"][row["system"]]["label"]
+        assert f"| {label} | {row['applied_to']} | {row['wer']:.2f} | " in text, (label, row["applied_to"])
+    for row in _json("tune_transfer.json")["rows"]:
+        assert f" | {row['system']} | {row['tuned_wer']:.2f} | " in text
+        assert f" | {row['against_first_pass']['wer_b']:.2f} | " in text
+    for system in _json("corpus_rescore.json")["systems"]:
+        assert f"| {system['system']} | {system['wall_s']:.2f} | {system['lattices_per_s']:.2f} | " in text
+
+
+def test_every_section_names_a_script_that_is_there_or_says_when_it_was_retired():
+    """A heading's ``python -m bench.NAME`` (or ``afp`` command) exists as ``bench/NAME.py``, unless the heading says it is retired and names a commit that wrote results and
+    still had the script."""
+    import re
+    import subprocess
+
+    repo = RESULTS.parents[1]
+    headings = [line for line in _readme().splitlines() if line.startswith("## ") and "`afp " not in line]
+    named = [(re.search(r"`python -m bench\.(\w+)", h), h) for h in headings]
+    assert all(found for found, _ in named), [h for found, h in named if not found]
+    retired = 0
+    for found, heading in named:
+        script = repo / "bench" / f"{found.group(1)}.py"
+        commit = re.search(r"retired: last run at commit ([0-9a-f]{7,40})\)$", heading)
+        if commit is None:
+            assert script.is_file() or (repo / "bench" / found.group(1)).is_dir(), heading
+            continue
+        retired += 1
+        assert not script.exists(), heading
+        git = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-dir"], capture_output=True)
+        if git.returncode != 0:
+            continue  # no history to check against (an exported tree)
+        for check in (["cat-file", "-e", f"{commit.group(1)}:bench/{found.group(1)}.py"],
+                      ["diff-tree", "--quiet", "--no-commit-id", "-r", commit.group(1), "--", "bench/results"]):
+            done = subprocess.run(["git", "-C", str(repo), *check], capture_output=True)
+            assert done.returncode == (0 if check[0] == "cat-file" else 1), (heading, check)
+    assert retired >= 10
 
 
 def test_precision_check_pairs_complete_runs_of_both_precisions(tmp_path):
@@ -257,7 +332,7 @@ def test_rho_sweep_section_has_a_row_per_model_and_target(tmp_path):
                      "training": {**training, "best_valid_ppl": 240.0},
                      "targets": {"10000": _rho_row(0.2, 9876.0, 11.0, {clean: 22.0, other: 20.0}, 21.0, 30.04)}}}})
     text = render(tmp_path)
-    assert "## Which rho and which target for PocketSphinx lattices? (`python -m bench.rho_sweep`)" in text
+    assert "## Which rho and which target for PocketSphinx lattices? (`python -m bench.rho_sweep`, retired" in text
     assert ("`python -m bench.rho_sweep --limit 100`: the audio is synthetic (text-to-speech voices, "
             "bench/pocketsphinx_set.py); the first 100 utterances of each PocketSphinx dev set.") in text
     assert ("rho2 `runs/rho-finetune/rho2` (rho 2, best books/ valid ppl 250.50); rho4 `runs/rho-finetune/rho4` "

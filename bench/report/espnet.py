@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report.common import load_json, table, where
+from bench.report.common import by, load_json, table, where
 
 
 def _point(point: dict[str, float] | None) -> str:
@@ -69,7 +69,7 @@ def tune_transfer(results: Path) -> list[str]:
                      f"{c['wer_a']:.2f}", f"{c['wer_b']:.2f}", f"{c['difference']:+.2f}",
                      f"{c['mapsswe']['p']:.2g}", f"[{c['bootstrap']['low']:+.2f}, {c['bootstrap']['high']:+.2f}]",
                      "yes" if c["significant"] else "no", _point(r["point"])])
-    return ["## Tuning that cannot lose: tuned on one dev set, applied to the other (`python -m bench.tune_transfer`)",
+    return ["## Tuning that cannot lose: tuned on one dev set, applied to the other" + by("tune_transfer"),
             "", f"`{data['command']}`: model `{data['model']}`, ESPnet 30-best lists; WER in percent; p: matched "
             "pairs (MAPSSWE, utterances); interval: bootstrap 95% of the applied WER minus the first pass's. "
             "`joint` writes the first pass's own weights when its cross-validated WER is not below the first pass's.",
@@ -84,7 +84,7 @@ def untuned_defaults(results: Path) -> list[str]:
         return []
     rows = [[r["set"], r["system"], " ".join(r["flags"]) or "(none)", f"{r['first_pass_wer']:.2f}", f"{r['wer']:.2f}",
              f"{r['p']:.2g}", f"{r['weights']['old_lm_weight']:g} / {r['weights']['lm_weight']:g}"] for r in data["rows"]]
-    lines = ["## Untuned defaults on the ESPnet lists (`python -m bench.untuned_defaults`)", "",
+    lines = ["## Untuned defaults on the ESPnet lists" + by("untuned_defaults"), "",
              f"`{data['command']}`: `afp rescore --model {data['model']}` with the flags shown; p: matched pairs against "
              "the first pass.", "", *table(["set", "system", "flags", "first pass", "WER", "p", "old LM / new LM weight"],
                                            rows)]
@@ -103,7 +103,7 @@ def acausal(results: Path) -> list[str]:
     data = load_json(results / "acausal.json")
     if not data:
         return []
-    lines = ["## Acausal window models (`python -m bench.acausal`)", ""]
+    lines = ["## Acausal window models" + by("acausal"), ""]
     if "ppl" in data:
         rows = [[name, r["describe"], "pseudo-ppl" if r["pseudo"] else "ppl", f"{r['ppl']:.2f}", r["tokens"]]
                 for name, r in data["ppl"]["models"].items()]
@@ -154,8 +154,8 @@ def wer_models(results: Path) -> list[str]:
                          " / ".join(f"{t['against_first_pass']['mapsswe']['p']:.2g}" for t in tuned),
                          " / ".join(f"{t['against_reweighted']['mapsswe']['p']:.2g}" if "against_reweighted" in t
                                     else "-" for t in tuned)])
-        lines += [f"## Which LM helps the ESPnet first pass? {what[0].upper() + what[1:]} "
-                  "(`python -m bench.wer_models`)", "",
+        lines += [f"## Which LM helps the ESPnet first pass? {what[0].upper() + what[1:]}"
+                  + by("wer_models"), "",
                   f"`{data['command']}`: each system added to the recogniser's own LM and tuned by the joint search "
                   "on one dev set, applied to the other (WER %).", "",
                   *table(["system", "model", *(f"{s} (tuned on the other)" for s in sets), "p vs first pass",

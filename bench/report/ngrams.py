@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report.common import load_json, table
+from bench.report.common import by, load_json, table
 
 
 def ngrams(results: Path) -> list[str]:
@@ -25,7 +25,7 @@ def ngrams(results: Path) -> list[str]:
                  f"{r['mixture_run']['total']:.2f} (x{r['total_ratio_mixture_over_afp']:.2f})" if "mixture_run" in r
                  else "-"]
                 for r in speed["rows"]]
-        lines += ["## AFP model against a 4-gram of the same vocabulary (`python -m bench.ngram_speed`)", "",
+        lines += ["## AFP model against a 4-gram of the same vocabulary" + by("ngram_speed"), "",
                   f"`{speed['command']}`, one thread, side by side in one run; seconds summed over the inputs. The "
                   "last column: scoring alone on one shared expansion.", "",
                   *table(["inputs", "AFP model", "AFP total s", "expand", "score", "search", "4-gram total s",
@@ -43,7 +43,7 @@ def bundled_mixtures(results: Path) -> list[str]:
                  f"{r['prune_seconds']:.0f}", *(f"{v:.2f}" for v in r["ppl"].values()),
                  *((f"{r['mixture']['ppl'][t]:.2f}" for t in texts) if "mixture" in r else ("-",) * len(texts))]
                 for r in prune["rows"]]
-        lines += ["## Entropy pruning of the 67.6M-word 4-gram (`python -m bench.ngram_prune`)", "",
+        lines += ["## Entropy pruning of the 67.6M-word 4-gram" + by("ngram_prune"), "",
                   f"`{prune['command']}`: built once ({prune['build_seconds']:.0f} s, peak "
                   f"{prune['peak_rss_mib']:.0f} MiB for the whole run), pruned at each threshold; perplexity of "
                   + "; ".join(f"{k}: {v}" for k, v in prune["texts"].items()) + ".", "",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report.common import load_json, plot_link, table, where
+from bench.report.common import by, load_json, plot_link, table, where
 
 
 def _against(c: dict[str, Any] | None) -> str:
@@ -104,7 +104,7 @@ def _rescore_section(results: Path, name: str, title: str) -> list[str]:
                 continue
             wer.append([f"{int(target):,}", direction, f"{r['decoder_wer']:.2f}", f"{r['rescored_wer']:.2f}",
                         _against(r.get("against_decoder")), _weights(r.get("tune", {}).get("chosen", {}).get("point"))])
-    lines = [f"## {title} (`python -m bench.pocketsphinx_rescore`)", "",
+    lines = [f"## {title}" + by("pocketsphinx_rescore"), "",
              f"`{data['command'].strip()}`: model `{data['model']}` (loaded in {data['model_load_seconds']:.1f} s), "
              f"{where(data)}" + (f" ({data['machine']})" if data.get("machine") else "")
              + f"; the audio is {data['audio']}"
@@ -214,7 +214,7 @@ def rho_sweep(results: Path) -> list[str]:
                          *(_percent(r["wer"].get(d)) for d in directions), _percent(r["wer_both"]),
                          _percent(r["decoder_wer_both"]), f"{r['rtf']:.3f}",
                          "-" if r.get("peak_memory_mib") is None else f"{r['peak_memory_mib']:.0f}"])
-    return ["## Which rho and which target for PocketSphinx lattices? (`python -m bench.rho_sweep`)", "",
+    return ["## Which rho and which target for PocketSphinx lattices?" + by("rho_sweep"), "",
             f"`{data['command'].strip()}`: the audio is {data['audio']}; the first {data['limit']} utterances of each "
             f"PocketSphinx dev set. Models: {_rho_models(models)}. The AFP model alone rescores (a mixture with the "
             "4-gram would expand to order 4 whatever the rho). Portrait ppl: perplexity on The Portrait of a Lady "
@@ -249,7 +249,7 @@ def tune_speed(results: Path) -> list[str]:
                          round(run["wall_s"] / rescore, 2), f"{run['tuned_wer']:.2f}", "-" if cv is None else f"{cv:.2f}",
                          "-" if held is None else f"{held:.2f}"])
     env = data.get("environment", {})
-    return ["## Tuning time against rescoring time (`python -m bench.tune_speed`)", "",
+    return ["## Tuning time against rescoring time" + by("tune_speed"), "",
             f"`{data['command']}`: CPU, torch {env.get('torch', '?')}, one thread, model `{data['model']}`, the first "
             f"{data['limit']} lattices of each PocketSphinx set. Wall seconds include loading and scoring; search "
             f"seconds are the joint search alone (line searches: the main search's, the folds run as many again each). "

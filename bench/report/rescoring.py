@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.report.common import device_files, load_json, plot_link, ratio_cell, table, where
+from bench.report.common import by, device_files, load_json, plot_link, ratio_cell, table, where
 
 
 def rescoring(results: Path) -> list[str]:
@@ -41,8 +41,8 @@ def rescoring(results: Path) -> list[str]:
 def merged_rescoring(results: Path) -> list[str]:
     """``merged_rescoring_<device>.json``: lattices/s and contexts/s, one model call per lattice
     against merged calls, per set and output-layer precision; nothing when absent."""
-    lines = ["## Rescoring every real lattice: one model call per lattice against merged calls "
-             "(`python -m bench.merged_rescoring`)", ""]
+    lines = ["## Rescoring every real lattice: one model call per lattice against merged calls"
+             + by("merged_rescoring"), ""]
     for device, data in device_files(results, "merged_rescoring"):
         rows = []
         for name, entry in data["sets"].items():

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.report.common import device_files, load_json, plot_link, ratio_cell, table, where
+from bench.report.common import by, device_files, load_json, plot_link, ratio_cell, table, where
 
 
 def reproduction(results: Path) -> list[str]:
@@ -72,7 +72,7 @@ def _precision_check(summaries: dict[str, dict[str, Any]]) -> list[str]:
         if rows:
             lines += [f"### {dataset}: float32 against bfloat16-autocast training of the same runs", "",
                       "Same seed and set-up; only the precision of the training forward pass differs (the speed "
-                      "of each is measured side by side by `bench.epoch_timing --precision`).", "",
+                      "of each was measured side by side by `bench.epoch_timing --precision`, retired since).", "",
                       *table(["run", "fp32 best valid ppl", "bf16 best valid ppl", "difference"], rows)]
     return lines
 
@@ -93,7 +93,7 @@ def bundled(results: Path) -> list[str]:
 def epoch_timing(results: Path) -> list[str]:
     """``epoch_timing_<device>.json``: seconds per epoch of each configuration and its ratio to
     exact BPTT (at the same precision too, when several were timed); "Not run yet." when absent."""
-    lines = ["## Training time per epoch, AFP-rho against exact BPTT (`python -m bench.epoch_timing`)", ""]
+    lines = ["## Training time per epoch, AFP-rho against exact BPTT" + by("epoch_timing"), ""]
     for device, data in device_files(results, "epoch_timing"):
         configs = data["configs"]
         rows = [[name, c["seconds_per_epoch"], c["ratio_to_exact"]] for name, c in configs.items()]
@@ -164,7 +164,7 @@ def train_scale(results: Path) -> list[str]:
                          run["peak_rss_file_mib"], run["wall_seconds"],
                          round(run["tokens_per_second"]) if "tokens_per_second" in run else "-"])
     same = data.get("same_train_ppl")
-    return ["## Training at scale: memory-mapped shards against the text in memory (`python -m bench.train_scale`)", "",
+    return ["## Training at scale: memory-mapped shards against the text in memory" + by("train_scale"), "",
             f"{where(data)}; device `{args['device']}`, model `{args['model_args']}`, batch size "
             f"{args['batch_size']}, {args['batches']} batches per load and training run; every step in a process "
             f"of its own (peak RSS from `ru_maxrss`, anonymous and file-backed peaks sampled from `/proc`). Shards on "
@@ -183,7 +183,7 @@ def softmax_wikitext(results: Path) -> list[str]:
     full = data["rows"][0]["tokens_per_second"]
     rows = [[r["softmax"], r["steps"], f"{r['train_tokens']:,}", round(r["tokens_per_second"]),
              ratio_cell(r["tokens_per_second"] / full), r["train_ppl"], r["valid_ppl"]] for r in data["rows"]]
-    return ["## Full against adaptive softmax on WikiText-2 (`python -m bench.softmax_wikitext`)", "",
+    return ["## Full against adaptive softmax on WikiText-2" + by("softmax_wikitext"), "",
             f"`{data['command']}`: {where(data)}; model {data['model']}, V = {data['vocab_size']:,}, batch size "
             f"{data['batch_size']}, {data['train_sentences']:,} training lines (the same batches for both), "
             "validation perplexity on the whole validation text.", "",
@@ -193,7 +193,7 @@ def softmax_wikitext(results: Path) -> list[str]:
 def conversational(results: Path) -> list[str]:
     """``conversational_eval.json``: each conversational model's perplexity on every validation
     set, on the shared vocabulary and on its own; "Not run yet." when absent."""
-    lines = ["## Conversational models on every validation set (`python -m bench.conversational_eval`)", ""]
+    lines = ["## Conversational models on every validation set" + by("conversational_eval"), ""]
     data = load_json(results / "conversational_eval.json")
     if not data:
         return [*lines, "Not run yet.", ""]

@@ -1,4 +1,4 @@
-"""The ARPA back-off n-gram format: the subset read, its word conventions and its error.
+"""The ARPA back-off n-gram format: the subset read, its word conventions, its error and the writer.
 
 The one reader is :func:`lm.ngram.store.read_arpa_store` (and :func:`lm.ngram.store.parse_arpa_store`
 for text, bytes or lines); :mod:`lm.ngram`'s dict-based model is built from what it reads. This
@@ -29,8 +29,13 @@ gzip-compressed input is recognised by its magic bytes. Any violation raises
 
 from __future__ import annotations
 
+import gzip
 import math
 import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
 
 BOS = "<s>"
 EOS = "</s>"
@@ -55,3 +60,34 @@ NGRAM_COUNT_LINE = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")
 
 class ArpaFormatError(ValueError):
     """An ARPA file is malformed; the message starts with the source and, where there is one, the line."""
+
+
+def write_arpa_file(path: str | Path, counts: Sequence[int],
+                    sections: Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    """Write a back-off ARPA file, the one writer (``afp ngram``'s Kneser-Ney models,
+    :func:`lm.ngram.kneser_ney.write_arpa`, and any other model held as arrays); gzip-compressed
+    when ``path`` ends in ``.gz``.
+
+    ``counts``: the n-grams of each order (the ``\\data\\`` header). ``sections``: the lines in
+    file order, as pieces ``(n, log10_probs, grams, log10_backoffs)``: float ``(k,)``, the words of
+    ``k`` n-grams of order ``n`` (``(k, n)`` strings) and float ``(k,)`` back-off weights, NaN for
+    none; an order's pieces follow each other, orders ascending (an order without pieces is
+    written empty). Numbers are written as ``%.10g``; the caller keeps the counts and the lines
+    in agreement (the reader checks them)."""
+    path = Path(path)
+    handle = gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if path.suffix == ".gz" else \
+        path.open("w", encoding="utf-8")
+    with handle as out:
+        out.write("\\data\\\n" + "".join(f"ngram {n}={c}\n" for n, c in enumerate(counts, 1)))
+        written = 0  # the highest order whose section header is written
+        for n, logp, grams, backoffs in sections:
+            if not written < n <= len(counts) and n != written:
+                raise ValueError(f"ARPA sections out of order: order {n} after {written} (orders 1..{len(counts)})")
+            for m in range(written + 1, n + 1):
+                out.write(f"\n\\{m}-grams:\n")
+            written = n
+            out.write("".join(f"{lp:.10g}\t{' '.join(gram)}" + (f"\t{b:.10g}\n" if b == b else "\n")
+                              for lp, gram, b in zip(logp.tolist(), grams.tolist(), backoffs.tolist())))
+        for m in range(written + 1, len(counts) + 1):
+            out.write(f"\n\\{m}-grams:\n")
+        out.write("\n\\end\\\n")

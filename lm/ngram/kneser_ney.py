@@ -1,7 +1,7 @@
 """Interpolated modified Kneser-Ney n-gram models (Chen & Goodman 1999) built with numpy: what
 ``afp ngram`` writes, the model SRILM's ``ngram-count -kndiscount -interpolate`` and KenLM's
-``lmplz`` build, with the exact numbers of the reference ``bench/kneser_ney.py`` (a dict-based
-implementation kept as the specification; ``tests/lm/test_kneser_ney.py`` compares the two).
+``lmplz`` build, with the exact numbers of a small dict-based reference estimator kept with the
+tests as the specification (``tests/lm/kn_reference.py``; ``tests/lm/test_kneser_ney.py`` compares the two).
 
 Sentences are ``[<s>, w_1 .. w_n, </s>]`` (unknown words as ``<unk>``) and independent. For
 order ``n`` the model interpolates::
@@ -24,15 +24,13 @@ the lower order's probability of each n-gram's suffix) is a sort, a ``reduceat``
 
 from __future__ import annotations
 
-import gzip
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lm.ngram.arpa import LOG10, unk_symbol
+from lm.ngram.arpa import LOG10, unk_symbol, write_arpa_file
 from lm.ngram.keys import Packer, find_keys
 from lm.ngram.store import NgramStore
 
@@ -223,32 +221,28 @@ def build(chunks: Iterable[tuple[np.ndarray, np.ndarray]], order: int, vocab_siz
 
 def write_arpa(model: KneserNeyModel, words: Sequence[str], bos: int, predictable: np.ndarray,
                path: str | Path, lines_per_chunk: int = 1_000_000) -> dict[str, int]:
-    """Write ``model`` as back-off ARPA (gzip when ``path`` ends in ``.gz``), the layout of the
-    reference's ``write_arpa``: unigrams are ``<s>`` (``-99``) and every predictable word; higher
-    orders every n-gram seen, in key order; ``log10 gamma`` after each n-gram that is a context of
-    the next order. Returns the number of n-grams of each order."""
-    path = Path(path)
-    handle = gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if path.suffix == ".gz" else \
-        path.open("w", encoding="utf-8")
+    """Write ``model`` as back-off ARPA (gzip when ``path`` ends in ``.gz``) with
+    :func:`lm.ngram.arpa.write_arpa_file`: unigrams are ``<s>`` (``-99``) and every predictable
+    word; higher orders every n-gram seen, in key order; ``log10 gamma`` after each n-gram that is
+    a context of the next order. Returns the number of n-grams of each order."""
     unigram_ids = _unigram_ids(bos, predictable)
     counts = [int(unigram_ids.shape[0]), *(int(o.keys.shape[0]) for o in model.orders[1:])]
     word_array = np.array(words, dtype=object)
-    with handle as out:
-        out.write("\\data\\\n" + "".join(f"ngram {n}={c}\n" for n, c in enumerate(counts, 1)))
+
+    def sections() -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         gamma1 = model.gammas[0] if model.order > 1 else np.full(len(words), np.nan)  # gamma_2 by id
-        out.write("\n\\1-grams:\n")
         logp = np.log10(np.where(unigram_ids == bos, 1.0, model.unigram_probs[unigram_ids]))
         logp[unigram_ids == bos] = -99.0
-        _write_lines(out, logp, word_array[unigram_ids][:, None], gamma1[unigram_ids], lines_per_chunk)
+        yield 1, logp, word_array[unigram_ids][:, None], np.log10(gamma1[unigram_ids])
         for n in range(2, model.order + 1):
             level = model.orders[n - 1]
-            out.write(f"\n\\{n}-grams:\n")
             gamma = model.gammas[n - 1] if n < model.order else np.full(level.keys.shape[0], np.nan)
             for first in range(0, level.keys.shape[0], lines_per_chunk):
                 rows = model.packer(n).unpack(level.keys[first:first + lines_per_chunk])
-                _write_lines(out, np.log10(level.probs[first:first + lines_per_chunk]), word_array[rows],
-                             gamma[first:first + lines_per_chunk], lines_per_chunk)
-        out.write("\n\\end\\\n")
+                yield (n, np.log10(level.probs[first:first + lines_per_chunk]), word_array[rows],
+                       np.log10(gamma[first:first + lines_per_chunk]))
+
+    write_arpa_file(path, counts, sections())
     return {f"{n}-grams": c for n, c in enumerate(counts, 1)}
 
 
@@ -288,17 +282,6 @@ def to_store(model: KneserNeyModel, words: Sequence[str], bos: int, predictable:
         backoffs.append(np.nan_to_num(np.log(gamma), nan=0.0).astype(np.float32))
     return NgramStore(words=tuple(store_words), order=model.order, keys=keys, logprobs=logprobs,
                       backoffs=backoffs, num_file_words=num_file_words, source="afp ngram", unk=unk)
-
-
-def _write_lines(out, logp: np.ndarray, grams: np.ndarray, gamma: np.ndarray, step: int) -> None:
-    """``log10 p<TAB>w1 .. wn[<TAB>log10 gamma]`` lines (numbers as ``%.10g``, the reference's)."""
-    for first in range(0, logp.shape[0], step):
-        lines = []
-        for lp, gram, g in zip(logp[first:first + step].tolist(), grams[first:first + step].tolist(),
-                               gamma[first:first + step].tolist()):
-            text = f"{lp:.10g}\t{' '.join(gram)}"
-            lines.append(text + (f"\t{math.log10(g):.10g}\n" if g == g else "\n"))
-        out.write("".join(lines))
 
 
 def chunks_of(shards: Iterable[tuple[np.ndarray, np.ndarray]], bos: int, eos: int, unk: int,

@@ -409,7 +409,7 @@ def test_n_best_of_a_large_lattice_survives_pruned_determinization_and_minimizat
     # a 300-state, 3000-arc random lattice (PocketSphinx-like: fillers, epsilons, many paths per
     # sequence): the input's best distinct word sequences within the beam (by A* search over
     # sequences, lattices.kbest) are exactly the output's best paths, with the same scores
-    from lattices.kbest import k_best_distinct
+    from lattices.kbest import search_distinct
 
     rng = np.random.default_rng(seed)
     n, extra = 300, 2700
@@ -423,7 +423,7 @@ def test_n_best_of_a_large_lattice_survives_pruned_determinization_and_minimizat
     out = minimize(determinize(lattice, w, beam=beam))
     assert is_deterministic(out)
     dag, labels = dag_of(lattice, w)
-    want = [(score, tuple(labels[arcs][labels[arcs] >= 0].tolist())) for score, arcs in k_best_distinct(dag, labels, k)]
+    want = [(score, tuple(labels[arcs][labels[arcs] >= 0].tolist())) for score, arcs in search_distinct(dag, labels, k).found]
     want = [(score, seq) for score, seq in want if score >= want[0][0] - beam]
     out_dag, out_labels = dag_of(out, w)
     scores, paths_found = out_dag.k_best_paths(len(want))

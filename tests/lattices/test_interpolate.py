@@ -9,7 +9,6 @@ import random
 import pytest
 import torch
 
-from bench.kneser_ney import KneserNey, write_arpa
 from lattices.interpolate import InterpolatedScorer
 from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
@@ -18,16 +17,14 @@ from lm.corpus import encode
 from lm.ngram import NgramScorer, read_arpa
 from lm.scorer import LMScorer, score_sentences
 from lm.vocab import Vocabulary
-from tests.factories import replacing_options, make_model, patterned_sentences, random_lattice, tiny_vocab
+from tests.factories import kn_arpa, make_model, patterned_sentences, random_lattice, replacing_options, tiny_vocab
 
 
 def ngram(tmp_path, name: str, order: int, sentences: list[list[str]]) -> NgramScorer:
     """A Kneser-Ney model of ``sentences`` written as ARPA and read back (a consistent model)."""
     vocab = Vocabulary.from_sentences(sentences)
     encoded = [s.tolist() for s in encode(sentences, vocab).ids]
-    write_arpa(KneserNey.fit(encoded, order, sum(vocab.predictable_mask()), vocab.bos_id), vocab,
-               tmp_path / f"{name}.arpa")
-    return NgramScorer(read_arpa(tmp_path / f"{name}.arpa"))
+    return NgramScorer(read_arpa(kn_arpa(tmp_path / f"{name}.arpa", encoded, vocab, order)))
 
 
 def corpus_a() -> list[list[str]]:

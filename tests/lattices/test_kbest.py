@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from lattices.kbest import k_best_distinct, search_distinct
+from lattices.kbest import search_distinct
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, rescore
 from lattices.search import Dag
@@ -110,7 +110,7 @@ def test_no_complete_path_gives_nothing():
 
 def test_start_that_is_final_gives_the_empty_sequence():
     dag, labels = make_dag(2, [(0, 1, -1.0, 4), (0, 1, 0.0, -1)], {0: -3.0, 1: 0.0})
-    found = k_best_distinct(dag, labels, 5)  # best: epsilon (0), then "4" (-1); the empty one via 0 is worse
+    found = search_distinct(dag, labels, 5).found  # best: epsilon (0), then "4" (-1); the empty one via 0 is worse
     assert [(s, a.tolist()) for s, a in found] == [(0.0, [1]), (-1.0, [0])]
 
 

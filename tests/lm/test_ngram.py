@@ -1,5 +1,5 @@
 """ARPA back-off n-gram models (lm/ngram/model.py): hand-computed probabilities, exact round trips of
-Kneser-Ney models written by bench/kneser_ney.py, the scorer against the reference, format errors."""
+Kneser-Ney models written by afp ngram's estimator, the scorer against the reference estimator, format errors."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.kneser_ney import KneserNey, write_arpa
 from lattices.expand import DEFAULT_SKIP
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, rescore
@@ -25,9 +24,10 @@ from lm.ngram import (LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer
 from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
-from tests.factories import (replacing_options, MUTATIONS, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
+from tests.factories import (replacing_options, MUTATIONS, kn_arpa, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
                              random_lattice)
 from tests.lattices.test_kaldi import FUZZ
+from tests.lm.kn_reference import KneserNey
 
 # A trigram model small enough to score by hand (log10 numbers below are read off these lines).
 HAND = """\
@@ -176,7 +176,7 @@ def _kn(order: int, seed: int = 4) -> tuple[KneserNey, Vocabulary, list[list[int
 def test_a_written_kneser_ney_model_reads_back_with_the_same_probabilities(tmp_path, order):
     kn, vocab, encoded = _kn(order)
     path = tmp_path / ("kn.arpa.gz" if order % 2 else "kn.arpa")
-    write_arpa(kn, vocab, path)
+    kn_arpa(path, encoded, vocab, order)
     model = read_arpa(path)
     scorer = NgramScorer(model)
     assert model.order == order and model.counts[1:] == tuple(len(level.counts) for level in kn.orders[1:])
@@ -196,8 +196,8 @@ def test_a_written_kneser_ney_model_reads_back_with_the_same_probabilities(tmp_p
 
 @pytest.mark.parametrize("order", [2, 3, 5])
 def test_scorer_equals_the_sentence_reference_whatever_the_context_width(tmp_path, order):
-    kn, vocab, _ = _kn(order)
-    write_arpa(kn, vocab, tmp_path / "kn.arpa")
+    kn, vocab, encoded = _kn(order)
+    kn_arpa(tmp_path / "kn.arpa", encoded, vocab, order)
     model = read_arpa(tmp_path / "kn.arpa")
     scorer = NgramScorer(model)
     rng = random.Random(order)
@@ -643,8 +643,8 @@ def test_rescoring_with_an_ngram_gives_its_sentence_logprobs(tmp_path, which):
     if which == "hand":
         model, lattice = hand_model(), Lattice.from_arcs("hand", *LATTICE)
     else:
-        kn, vocab, _ = _kn(4)
-        write_arpa(kn, vocab, tmp_path / "kn4.arpa")
+        kn, vocab, encoded = _kn(4)
+        kn_arpa(tmp_path / "kn4.arpa", encoded, vocab, 4)
         model = read_arpa(tmp_path / "kn4.arpa")
         lattice = Lattice.from_arcs("kn", *LATTICE[:2], ("<eps>", "the", "cat", "sat", "zebra", "!SIL", "</s>")) \
             if which == "kn4" else random_lattice(7, num_states=8, extra_arcs=8)

@@ -11,10 +11,10 @@ import numpy as np
 
 import pytest
 
-from bench.kneser_ney import write_arpa
 from lm.ngram import LOG10, ArpaFormatError, read_arpa
 from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
 from lm.scorer import sentence_pairs
+from tests.factories import kn_arpa
 from tests.lm.test_ngram import HAND, HAND_CASES, HAND_LINES, MALFORMED, _kn, _line, _replace
 
 
@@ -93,10 +93,10 @@ def test_hand_written_trigram_with_and_without_unk(tmp_path):
 
 @pytest.mark.parametrize("order", [1, 2, 3, 5])
 def test_kneser_ney_models_of_every_order(tmp_path, order):
-    """A model written by the reference estimator (bench/kneser_ney.py): the store reads what the
-    second reader reads, scores the estimator's own probabilities, and counts its n-grams."""
+    """A model written by afp ngram's estimator: the store reads what the second reader reads,
+    scores the reference estimator's probabilities, and counts its n-grams."""
     kn, vocab, encoded = _kn(order)
-    write_arpa(kn, vocab, tmp_path / "kn.arpa.gz")
+    kn_arpa(tmp_path / "kn.arpa.gz", encoded, vocab, order)
     text = gzip.decompress((tmp_path / "kn.arpa.gz").read_bytes()).decode()
     rng = random.Random(order)
     words = [*vocab.words[3:], "zebra", "<unk>"]

@@ -227,30 +227,6 @@ def test_a_resume_state_from_before_step_checkpoints_still_resumes(tmp_path, cor
     assert_same_run(tmp_path / "straight", tmp_path / "old")
 
 
-def test_a_carried_run_resumes_at_its_batch_with_bf16_weights_and_fresh_moments(tmp_path, corpus):
-    """bench/carry.py: pack a stopped run (bf16 weights, generators, position; no Adam moments),
-    unpack it in a fresh place, and the run goes on from the same step and batch."""
-    from bench.carry import pack, unpack
-
-    train(FIELDS, config(corpus, max_steps=7), tmp_path / "run", progress=False)
-    pack(tmp_path / "run", tmp_path / "carry")
-    carried = load_file(str(tmp_path / "carry" / "model.bf16.safetensors"))
-    assert all(t.dtype == torch.bfloat16 for t in carried.values() if t.is_floating_point())
-    assert set(load_file(str(tmp_path / "carry" / "rng.safetensors"))) == {"rng.0.cpu"}  # no moments
-    unpack(tmp_path / "carry", tmp_path / "moved")
-    state = json.loads((tmp_path / "moved" / "resume" / "state.json").read_text())
-    assert (state["step"], state["batches_done"]) == (7, 7)
-    resumed = train(FIELDS, config(corpus, max_steps=10), tmp_path / "moved", resume=True, progress=False)
-    assert resumed.steps == 10
-    after = json.loads((tmp_path / "moved" / "resume" / "state.json").read_text())
-    assert (after["step"], after["batches_done"]) == (10, 10)  # the same epoch, three batches on
-    original = load_file(str(tmp_path / "run" / "resume" / "model.safetensors"))
-    moved = load_file(str(tmp_path / "moved" / "resume" / "model.safetensors"))
-    assert any(not torch.equal(original[k], moved[k]) for k in original)  # it trained on from the carried weights
-    with pytest.raises(SystemExit, match="exists"):
-        unpack(tmp_path / "carry", tmp_path / "moved")
-
-
 def test_init_from_starts_from_a_checkpoint_at_another_rho(tmp_path, corpus):
     """--init-from: the run's first weights are the checkpoint's (one Adam step moves each by at
     most lr from there, a fresh run's are farther), at another rho; recorded in config.json."""

@@ -1,7 +1,7 @@
-"""Interpolated modified Kneser-Ney n-gram LM (Chen & Goodman, 1999): the AFP paper's KN 5-gram baseline.
-
-A reference point with no training hyper-parameters: it places our validation perplexities next
-to the paper's test perplexities (Table 3 quotes KN 5-gram 141.2 on PTB test).
+"""The reference estimator of interpolated modified Kneser-Ney (Chen & Goodman, 1999): a small,
+dict-based, independent implementation of the definition below, against which the tests check the
+library's numpy estimator (:mod:`lm.ngram.kneser_ney`, ``afp ngram``) and what reads its files.
+It writes nothing: every ARPA file of the tests is the library's (``tests.factories.kn_arpa``).
 
 Sentences are encoded as by :func:`lm.corpus.encode` (``[<s>, w_1, ..., w_n, </s>]``), with the
 same vocabulary as the neural models, and every sentence is independent: the history of ``w_i``
@@ -19,21 +19,18 @@ for n-grams starting with ``<s>``, otherwise the number of distinct words seen b
 ``a_n``, and ``p_0`` is uniform over the predictable words. A context never seen at order ``n``
 passes ``p_{n-1}`` through. Every ``p_n(. | h)`` sums to one.
 
-:func:`write_arpa` writes the model in back-off ARPA form (read back by :mod:`lm.ngram`) that
-gives exactly the same probabilities: each stored n-gram ``h w`` gets ``p_n(w | h)`` and each
-context ``h`` seen at order ``n`` the back-off weight ``gamma_n(h)``, because for a word never
-seen after ``h`` the discounted term is zero and ``p_n(w | h) = gamma_n(h) p_{n-1}(w | h')``.
+In back-off form (ARPA) the same probabilities are: each stored n-gram ``h w`` with
+``p_n(w | h)`` and each context ``h`` seen at order ``n`` with the back-off weight ``gamma_n(h)``,
+because for a word never seen after ``h`` the discounted term is zero and
+``p_n(w | h) = gamma_n(h) p_{n-1}(w | h')``.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 Gram = tuple[int, ...]
 
@@ -132,53 +129,3 @@ class KneserNey:
             total += self.logprob(sentence)
             tokens += len(sentence) - 1
         return math.exp(-total / tokens)
-
-
-class _Words(Protocol):
-    """What :func:`write_arpa` needs of a vocabulary (:class:`lm.vocab.Vocabulary` has it)."""
-
-    words: tuple[str, ...]
-
-    @property
-    def bos_id(self) -> int: ...
-
-    def predictable_mask(self) -> list[bool]: ...
-
-
-def write_arpa(model: KneserNey, vocab: _Words, path: str | Path) -> None:
-    """Write ``model`` as a back-off ARPA file (gzip-compressed when ``path`` ends in ``.gz``).
-
-    The unigrams are every predictable word of ``vocab`` (seen or not, each with its interpolated
-    ``p_1``) and ``<s>`` (log10 prob ``-99``); the n-grams of order ``n >= 2`` are the ones the model
-    stores, with their interpolated ``p_n(w | h)``. An n-gram that is a context of order ``n + 1``
-    carries ``log10 gamma_{n+1}(h)`` as its back-off weight; others carry none (weight 1), which is
-    KN's pass-through of a context never seen at that order. Back-off look-up of this file then
-    reproduces :meth:`KneserNey.prob` for every word and history. ``vocab`` must be the one the
-    model was fit with (its predictable words number ``model.num_words``).
-    """
-    predictable = [i for i, ok in enumerate(vocab.predictable_mask()) if ok]
-    if len(predictable) != model.num_words:
-        raise ValueError(f"the vocabulary has {len(predictable)} predictable words, the model was fit with "
-                         f"{model.num_words}")
-    bos = vocab.bos_id
-
-    def backoff(gram: Gram) -> str:
-        if len(gram) >= model.order:
-            return ""
-        level = model.orders[len(gram)]
-        total = level.totals.get(gram)
-        return f"\t{math.log10(level.backoff_mass[gram] / total):.10g}" if total else ""
-
-    def entry(logprob: float, gram: Gram) -> str:
-        return f"{logprob:.10g}\t{' '.join(vocab.words[i] for i in gram)}{backoff(gram)}\n"
-
-    sections = [[entry(-99.0, (bos,))] + [entry(math.log10(model.prob((), i)), (i,)) for i in predictable]]
-    for level in model.orders[1:]:
-        sections.append([entry(math.log10(model.prob(gram[:-1], gram[-1])), gram) for gram in sorted(level.counts)])
-    parts = ["\\data\\\n", *(f"ngram {n}={len(lines)}\n" for n, lines in enumerate(sections, 1))]
-    for n, lines in enumerate(sections, 1):
-        parts += [f"\n\\{n}-grams:\n", *lines]
-    parts.append("\n\\end\\\n")
-    text = "".join(parts).encode("utf-8")
-    path = Path(path)
-    path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
