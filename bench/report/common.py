@@ -20,7 +20,7 @@ Section = Callable[[Path], list[str]]
 RETIRED = {"epoch_timing": "3d7cd2d", "train_scale": "8ac23dd", "softmax_wikitext": "cfdc271",
            "conversational_eval": "43fe3f8", "merged_rescoring": "8ac23dd", "tune_transfer": "e888c5a",
            "untuned_defaults": "593430d", "acausal": "7004ce2", "wer_models": "f4e36d3", "ngram_speed": "43fe3f8",
-           "ngram_prune": "942f19e", "rho_sweep": "4519f3d", "tune_speed": "c7eae67",
+           "ngram_prune": "942f19e", "rho_sweep": "4519f3d",
            "pocketsphinx_rescore": "4519f3d"}
 
 
