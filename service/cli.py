@@ -613,8 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ngram", help="build an interpolated modified Kneser-Ney n-gram (ARPA)",
                        description="Count a corpus and write an interpolated modified Kneser-Ney back-off ARPA model "
-                                   "(Chen & Goodman; SRILM -kndiscount -interpolate, KenLM lmplz), the numbers of "
-                                   "bench/kneser_ney.py, with numpy: sorted packed n-gram keys, counted in chunks "
+                                   "(Chen & Goodman; SRILM -kndiscount -interpolate, KenLM lmplz) with numpy: sorted packed "
+                                   "n-gram keys, counted in chunks "
                                    "(lm/ngram/kneser_ney.py). The vocabulary as afp prepare builds it. With --arpa, an "
                                    "existing back-off model instead, pruned (--prune) or stored (--store).")
     p.add_argument("--text", nargs="+", metavar="FILE", help="training texts (one sentence per line; .gz read too)")
