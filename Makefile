@@ -35,8 +35,10 @@ demo: install
 	$(BIN)/afp score --text $(EXAMPLE_TEXT)
 	$(BIN)/afp rescore --nbest 2 examples/lattice.txt
 
+# The suite on TEST_JOBS pytest-xdist workers (default 2: the CI machine's cores); TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS)
 
 # Build docker/Dockerfile.cpu with docker or podman (installed when missing and run as root) and
 # exercise the image: health, answers equal to the host's, non-root, read-only models, graceful stop.

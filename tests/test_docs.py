@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -56,31 +55,24 @@ def run_block(language: str, code: str, url: str | None) -> subprocess.Completed
 
 
 @pytest.fixture(scope="module")
-def outcomes(request) -> dict[str, subprocess.CompletedProcess]:
-    """The selected blocks, run two at a time (each is mostly a process loading torch and a model), the ones
-    that use ``$AFP_URL`` against a real ``afp serve`` of the bundled default model on a free port."""
+def server_url():
+    """A real ``afp serve`` of the bundled default model on a free port, for the blocks that use
+    ``$AFP_URL`` (started once per module and worker, on first use)."""
     from tests.service.test_server_process import start_server
 
-    selected = {item.callspec.params["where"] for item in request.session.items
-                if getattr(item, "originalname", None) == "test_runnable_block"}
-    blocks = [b for b in BLOCKS if b[0] in selected]
-    process = url = None
-    if any("AFP_URL" in code for _, _, code in blocks):
-        process, url = start_server(REPO / "models" / "conversational", "--no-access-log")
+    process, url = start_server(REPO / "models" / "conversational", "--no-access-log")
     try:
-        with ThreadPoolExecutor(2) as pool:
-            futures = {where: pool.submit(run_block, lang, code, url if "AFP_URL" in code else None)
-                       for where, lang, code in blocks}
-            return {where: future.result() for where, future in futures.items()}
+        yield url
     finally:
-        if process is not None:
-            process.terminate()
-            process.wait(30)
+        process.terminate()
+        process.wait(30)
 
 
 @pytest.mark.parametrize(("where", "language", "code"), BLOCKS, ids=[b[0] for b in BLOCKS])
-def test_runnable_block(where, language, code, outcomes):
-    done = outcomes[where]
+def test_runnable_block(where, language, code, request):
+    """Each block as a user runs it (``make test``'s workers run them side by side)."""
+    url = request.getfixturevalue("server_url") if "AFP_URL" in code else None
+    done = run_block(language, code, url)
     assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert done.stdout.strip(), f"{where} printed nothing"
 
