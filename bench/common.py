@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,18 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")  # several benchmark processes may write
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def command_line(module: str, argv: Sequence[str] | None = None) -> str:
+    """How a benchmark was asked for, as its JSON records it: ``python -m MODULE ARGS`` (``argv``
+    None: this process's arguments)."""
+    return " ".join(["python -m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def shown(path: Path) -> str:
+    """``path`` as results show it: relative to the checkout when inside it, else as given."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -88,7 +102,6 @@ BOOKS_PORTRAIT_LINES = (10572, 17246)
 def afp(*argv: str) -> str:
     """Run this checkout's ``afp`` command; its stdout (a failure stops the benchmark with its stderr)."""
     import subprocess
-    import sys
 
     done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=False)
