@@ -76,7 +76,8 @@ from typing import Any
 
 import torch
 
-from bench.common import REPO_ROOT, RESULTS, environment, pyplot, save_figure, write_json
+from bench.common import REPO_ROOT, RESULTS, cast_weights, command_line, environment, pyplot, save_figure, shown, \
+    write_json
 
 SETS = ("dev_clean", "dev_other")
 SETS_DIR = Path("runs/pocketsphinx")
@@ -151,8 +152,6 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     """A loadable model directory for ``path``: itself when it is one (a checkpoint, a mixture, an
     n-gram directory), a float32 copy in ``cache`` of kept bf16 weights (``model.bf16.safetensors``
     and ``config.json``, :func:`bench.common.cast_weights`), or None when there is no model."""
-    from bench.common import cast_weights
-
     if not path.exists():
         return None
     if any((path / name).is_file() for name in ("model.safetensors", "mixture.json", "ngram.json")):
@@ -188,7 +187,6 @@ class Loaded:
     base: Any
     score: Scorer
     features: dict[str, Any]
-    unk_default: float
     seconds: float
 
 
@@ -221,35 +219,25 @@ def load_system(system: System, cache: Path = CACHE) -> Loaded:
     def nbest_of(lattice: Any) -> Any:  # the n best under the lattice's own first pass (header scales)
         return first_pass_nbest(lattice, system.n, *base.scales_for(lattice), base.skip_words)
 
-    if system.kind == "lattice":
-        def score(lattice: Any, options: Any) -> Any:
-            return score_for_options(lattice, model.scorer, options, features=features)
-    elif system.kind == "nbest":
-        def score(lattice: Any, options: Any) -> Any:
-            return score_for_options(nbest_lattice(nbest_of(lattice), lattice), model.scorer, options)
-    elif system.kind == "nbest-rnn":
-        def score(lattice: Any, options: Any) -> Any:
-            return nbest_scored(nbest_of(lattice), lattice, rnn, options)
-    elif system.kind == "kaldi":
-        def score(lattice: Any, options: Any) -> Any:
-            return kaldi_style_scored(lattice, rnn, KALDI_HISTORY, options)
-    else:
+    scorers: dict[str, Scorer] = {
+        "lattice": lambda lattice, options: score_for_options(lattice, model.scorer, options, features=features),
+        "nbest": lambda lattice, options: score_for_options(nbest_lattice(nbest_of(lattice), lattice), model.scorer,
+                                                            options),
+        "nbest-rnn": lambda lattice, options: nbest_scored(nbest_of(lattice), lattice, rnn, options),
+        "kaldi": lambda lattice, options: kaldi_style_scored(lattice, rnn, KALDI_HISTORY, options)}
+    if system.kind not in scorers:
         raise ValueError(f"{system.name}: unknown kind {system.kind!r}")
-    return Loaded(base, score, features, unk, time.perf_counter() - tick)
+    return Loaded(base, scorers[system.kind], features, time.perf_counter() - tick)
 
 
 # ------------------------------------------------------------------------------------- one row
-def _errors(data: dict[str, Any], hyps: Sequence[Sequence[str]]) -> list[int]:
+def _applied(data: dict[str, Any], words: list[list[str]], seconds: list[float] | None) -> dict[str, Any]:
+    """A set's WER of ``words`` (one hypothesis per utterance), and per utterance its errors."""
     from afp.wer import word_errors
 
-    refs = [data["refs"][u["key"]] for u in data["utterances"]]
-    return [word_errors(r, list(h), data["ignore_case"]).errors for r, h in zip(refs, hyps)]
-
-
-def _applied(data: dict[str, Any], words: list[list[str]], seconds: list[float] | None) -> dict[str, Any]:
     keys = [u["key"] for u in data["utterances"]]
     ref_words = [len(data["refs"][k]) for k in keys]
-    errors = _errors(data, words)
+    errors = [word_errors(data["refs"][k], list(w), data["ignore_case"]).errors for k, w in zip(keys, words)]
     out: dict[str, Any] = {"utterances": len(keys), "ref_words": sum(ref_words), "errors": sum(errors),
                            "wer": 100.0 * sum(errors) / sum(ref_words)}
     if seconds is not None:
@@ -332,34 +320,27 @@ def _compared(rows: dict[str, Any], row: dict[str, Any], other: str, seed: int) 
 
 
 # ------------------------------------------------------------------------------------- the table
-def load_set(name: str, limit: int | None, sets: Path = SETS_DIR) -> dict[str, Any]:
-    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``)."""
-    from afp.wer import read_hypotheses, read_references
-
-    root = Path(sets) / name
-    info = json.loads((root / "set.json").read_text())
-    utts = info["utterances"][:limit] if limit else info["utterances"]
-    return {"name": name, "root": root, "utterances": utts, "refs": read_references(root / "ref.trn"),
-            "hyps": read_hypotheses(root / "hyp.trn"), "synthetic": info.get("synthetic", True),
-            "paths": [root / "lattices" / f"{u['key']}.slf" for u in utts]}
-
-
 def _read_sets(sets_dir: Path, limit: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from afp.wer import case_differs
+    """Each set's first ``limit`` utterances (``set.json``), their lattice paths, references and the
+    decoder's 1-best; and what the table says of the sets."""
+    from afp.wer import case_differs, read_hypotheses, read_references
 
     sets, info = {}, {}
     for name in SETS:
-        data = load_set(name, limit, sets_dir)
-        keys = [u["key"] for u in data["utterances"]]
-        missing = [k for k in keys if k not in data["refs"]]
+        root = sets_dir / name
+        meta = json.loads((root / "set.json").read_text())
+        utts = meta["utterances"][:limit] if limit else meta["utterances"]
+        keys = [u["key"] for u in utts]
+        refs, hyps = read_references(root / "ref.trn"), read_hypotheses(root / "hyp.trn")
+        missing = [k for k in keys if k not in refs]
         if missing:
-            raise SystemExit(f"{sets_dir / name}: no reference for {len(missing)} utterance(s), e.g. {missing[0]}")
-        data["ignore_case"] = case_differs([data["refs"][k] for k in keys], [data["hyps"].get(k, []) for k in keys])
-        sets[name] = data
-        info[name] = {"dir": str(sets_dir / name), "utterances": len(keys),
-                      "ref_words": sum(len(data["refs"][k]) for k in keys),
-                      "audio_seconds": sum(u.get("audio_seconds", 0.0) for u in data["utterances"]),
-                      "synthetic": data["synthetic"]}
+            raise SystemExit(f"{root}: no reference for {len(missing)} utterance(s), e.g. {missing[0]}")
+        sets[name] = {"name": name, "utterances": utts, "refs": refs, "hyps": hyps,
+                      "ignore_case": case_differs([refs[k] for k in keys], [hyps.get(k, []) for k in keys]),
+                      "paths": [root / "lattices" / f"{k}.slf" for k in keys]}
+        info[name] = {"dir": str(root), "utterances": len(keys), "ref_words": sum(len(refs[k]) for k in keys),
+                      "audio_seconds": sum(u.get("audio_seconds", 0.0) for u in utts),
+                      "synthetic": meta.get("synthetic", True)}
     return sets, info
 
 
@@ -383,21 +364,6 @@ class _Lattices(dict):
         return lattices
 
 
-def _shown(path: Path | None) -> str | None:
-    """A model path as the table shows it: relative to the checkout when inside it."""
-    if path is None:
-        return None
-    root = Path(__file__).resolve().parents[1]
-    return str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else str(path)
-
-
-def _fresh(command: str, limit: int | None, info: dict[str, Any], restarts: int, folds: int) -> dict[str, Any]:
-    return {"command": command, "audio": AUDIO, "limit": limit, "sets": info, "environment": environment(),
-            "tuning": {"search": "afp.tune.joint_tune", "restarts": restarts, "folds": folds,
-                       "baseline": "the decoder's hyp.trn"},
-            "reference": REFERENCE, "kaldi_history": KALDI_HISTORY, "systems": {}, "unavailable": {}, "rows": {}}
-
-
 def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR, limit: int | None = 200,
                 redo: bool = False, restarts: int = 1, folds: int = 1, command: str = "",
                 cache: Path = CACHE, plot_path: Path | None = None) -> dict[str, Any]:
@@ -410,7 +376,10 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
         raise SystemExit(f"{out} holds a table of --limit {table.get('limit')}: give --redo to start afresh, or "
                          "another --out")
     if table is None or (redo and table.get("limit") != limit):
-        table = _fresh(command, limit, info, restarts, folds)
+        table = {"command": command, "audio": AUDIO, "limit": limit, "sets": info, "environment": environment(),
+                 "tuning": {"search": "afp.tune.joint_tune", "restarts": restarts, "folds": folds,
+                            "baseline": "the decoder's hyp.trn"},
+                 "reference": REFERENCE, "kaldi_history": KALDI_HISTORY, "systems": {}, "unavailable": {}, "rows": {}}
         with _locked(out):
             write_json(out, table)
     for name, known in table.get("sets", {}).items():  # keep the reading time of an earlier run
@@ -424,8 +393,9 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
     for system in systems:
         mine.append(system.name)
         table["systems"][system.name] = {"label": system.label, "kind": system.kind, "how": system.how,
-                                         "model": _shown(system.model), "n": system.n,
-                                         "feature": _shown(system.feature), "command": command}
+                                         "model": shown(system.model) if system.model else None, "n": system.n,
+                                         "feature": shown(system.feature) if system.feature else None,
+                                         "command": command}
         reason = unavailable(system, cache)
         if reason is not None:
             table["unavailable"][system.name] = reason
@@ -456,12 +426,9 @@ def _locked(out: Path) -> Any:
     """An exclusive lock on ``out``'s lock file while the block runs: several processes may
     compute rows of one table at once (``--systems A`` beside ``--systems B``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_name(out.name + ".lock"), "w") as handle:
+    with open(out.with_name(out.name + ".lock"), "w") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def _merge(out: Path, table: dict[str, Any], mine: Sequence[str]) -> dict[str, Any]:
@@ -524,8 +491,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.systems:
         systems = [s for s in systems if s.name in args.systems]
-    command = "python -m bench.pocketsphinx_wer_table " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
-    build_table(systems, args.out, args.sets_dir, args.limit, args.redo, args.restarts, args.folds, command.strip())
+    build_table(systems, args.out, args.sets_dir, args.limit, args.redo, args.restarts, args.folds,
+                command_line("bench.pocketsphinx_wer_table", argv))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
