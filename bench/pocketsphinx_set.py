@@ -51,6 +51,7 @@ case-insensitively), real-time factor and lattice sizes; the command adds it to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -73,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import REPO_ROOT, RESULTS, write_json
+from bench.common import REPO_ROOT, RESULTS, command_line, shown, write_json
 
 RESULTS_FILE = RESULTS / "pocketsphinx_sets.json"
 LIBRIVOX_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")
@@ -238,11 +239,10 @@ def degrade(tts_wav: Path, utt: Utterance, out_wav: Path, workdir: Path) -> dict
 
 
 # ------------------------------------------------------------------------------- decoding
-_DECODER: Any = None
-
-
+@cache
 def make_decoder() -> Any:
-    """``pocketsphinx.Decoder(fwdflat=False)``, everything else at its default."""
+    """This process's ``pocketsphinx.Decoder(fwdflat=False)``, everything else at its default
+    (:func:`build_set` starts each set with a new one)."""
     from pocketsphinx import Decoder
 
     return Decoder(fwdflat=False)
@@ -288,7 +288,6 @@ def slf_size(path: Path) -> tuple[int, int]:
 def process(job: tuple[Utterance, str, int, int]) -> dict[str, Any]:
     """Make one utterance's audio, decode it and write its lattice and n-best file; returns its
     set.json record (including the 1-best as ``hyp``)."""
-    global _DECODER
     utt, out, nbest, scan = job
     out_dir = Path(out)
     wav = out_dir / "wav" / f"{utt.key}.wav"
@@ -302,27 +301,25 @@ def process(job: tuple[Utterance, str, int, int]) -> dict[str, Any]:
     else:
         shutil.copyfile(utt.source_wav, wav)
         record.update(voice=None, tempo=1.0, snr_db=None, source=utt.source_wav)
-    samples = read_wav(wav)
-    if _DECODER is None:
-        _DECODER = make_decoder()
+    samples, decoder = read_wav(wav), make_decoder()
     begin = time.perf_counter()
-    _DECODER.start_utt()
-    _DECODER.process_raw(samples.tobytes(), full_utt=True)
-    _DECODER.end_utt()
-    hyp = _DECODER.hyp()
+    decoder.start_utt()
+    decoder.process_raw(samples.tobytes(), full_utt=True)
+    decoder.end_utt()
+    hyp = decoder.hyp()
     decoded = time.perf_counter()
-    lattice, dag = out_dir / "lattices" / f"{utt.key}.slf", _DECODER.get_lattice()
+    lattice, dag = out_dir / "lattices" / f"{utt.key}.slf", decoder.get_lattice()
     if dag is None:
         raise RuntimeError(f"{utt.key}: the decoder made no lattice ({samples.size / 16000:.2f} s of audio)")
     dag.write_htk(str(lattice))
     lattice_written = time.perf_counter()
-    entries, looked = nbest_distinct(_DECODER, nbest, scan)
+    entries, looked = nbest_distinct(decoder, nbest, scan)
     done = time.perf_counter()
     if entries:
         lines = ["NBestList1.0"] + [" ".join([f"({score})", *words]) for score, words in entries]
         (out_dir / "nbest" / f"{utt.key}.nbest").write_text("\n".join(lines) + "\n", encoding="utf-8")
     nodes, links = slf_size(lattice)
-    record.update(audio_seconds=samples.size / 16000, frames=_DECODER.n_frames(),
+    record.update(audio_seconds=samples.size / 16000, frames=decoder.n_frames(),
                   decode_seconds=decoded - begin, lattice_seconds=lattice_written - decoded,
                   nbest_seconds=done - lattice_written, lattice_nodes=nodes, lattice_links=links,
                   nbest_size=len(entries), nbest_entries_looked_at=looked,
@@ -334,22 +331,12 @@ def decode_all(plan: Sequence[Utterance], out: Path, jobs: int, nbest: int, scan
     """:func:`process` every utterance, in ``jobs`` worker processes (spawned, each with its own
     decoder) or in this process for ``jobs == 1``; records in plan order."""
     work = [(utt, str(out), nbest, scan) for utt in plan]
-    records = []
-    if jobs <= 1:
-        iterator: Iterable[dict[str, Any]] = map(process, work)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("spawn").Pool(jobs)
-        iterator = pool.imap(process, work, chunksize=1)
-    try:
-        for done, record in enumerate(iterator, 1):
+    records: list[dict[str, Any]] = []
+    with multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else contextlib.nullcontext() as pool:
+        for record in pool.imap(process, work, chunksize=1) if pool else map(process, work):
             records.append(record)
-            if done % 25 == 0 or done == len(work):
-                print(f"  {done}/{len(work)} utterances", file=sys.stderr, flush=True)
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+            if len(records) % 25 == 0 or len(records) == len(work):
+                print(f"  {len(records)}/{len(work)} utterances", file=sys.stderr, flush=True)
     return records
 
 
@@ -430,15 +417,15 @@ def build_set(plan: Sequence[Utterance], out: Path, *, name: str, jobs: int = 1,
     for sub in ("wav", "lattices", "nbest", "work"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True)
-    global _DECODER
-    decoder = _DECODER = make_decoder()  # used by decode_all when jobs == 1 (and for the config)
+    make_decoder.cache_clear()
+    decoder = make_decoder()  # used by decode_all when jobs == 1 (and for the config)
     records = decode_all(plan, out, jobs, nbest, nbest_scan)
     shutil.rmtree(out / "work", ignore_errors=True)
     write_trn(out / "ref.trn", ((u.key, u.words) for u in plan))
     write_trn(out / "hyp.trn", ((r["key"], r.pop("hyp")) for r in records))
     synthetic = any(u.source_wav is None for u in plan)
     meta: dict[str, Any] = {
-        "name": name, "command": command or " ".join(["python -m bench.pocketsphinx_set", *sys.argv[1:]]),
+        "name": name, "command": command or command_line("bench.pocketsphinx_set"),
         "synthetic": synthetic,
         "audio": ("synthetic: text-to-speech (flite, festival), sox tempo and pink noise" if synthetic
                   else "real speech (LibriVox recordings from pocketsphinx-testdata), unchanged"),
@@ -515,7 +502,7 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
     audio = sum(r["audio_seconds"] for r in records)
     links = [slf_size(set_dir / "lattices" / f"{key}.slf")[1] for key in refs]
     return {
-        "set_dir": _relative(set_dir), "synthetic": meta["synthetic"], "audio": meta["audio"],
+        "set_dir": shown(set_dir), "synthetic": meta["synthetic"], "audio": meta["audio"],
         "debian_packages": meta["debian_packages"], "command": meta["command"],
         "decoder": meta["decoder"]["constructor"], "pocketsphinx": meta["versions"]["pocketsphinx"],
         "utterances": len(refs), "ref_words": totals["first_pass"].ref_words, "audio_seconds": round(audio, 2),
@@ -539,13 +526,6 @@ def _fewest(candidates: Sequence[Any]) -> Any:
 
 def _ratio(a: float, b: float) -> float:
     return round(a / b, 4) if b else 0.0
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
 
 
 def record_summary(name: str, summary: dict[str, Any], results: Path = RESULTS_FILE) -> None:
@@ -574,7 +554,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nbest-scan", type=int, default=2000, help="decoder.nbest() entries looked at, at most")
     parser.add_argument("--no-arpa", action="store_true", help="do not write decoder-lm.ngram.arpa.gz")
     parser.add_argument("--results", type=Path, default=RESULTS_FILE,
-                        help=f"summary JSON to update ({_relative(RESULTS_FILE)}); '-' for none")
+                        help=f"summary JSON to update ({shown(RESULTS_FILE)}); '-' for none")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.nbest < 1 or args.nbest_scan < args.nbest:
         parser.error("--jobs and --nbest must be positive and --nbest-scan at least --nbest")
@@ -591,18 +571,18 @@ def build_from_args(args: argparse.Namespace, argv: Sequence[str]) -> tuple[str,
 
     if args.librivox:
         name, plan = args.name or "librivox", plan_librivox(args.librivox_dir)
-        info: dict[str, Any] = {"source": _relative(Path(plan[0].source_wav or "").parent)}
+        info: dict[str, Any] = {"source": shown(Path(plan[0].source_wav or "").parent)}
     else:
         name = args.name or args.ref.resolve().parent.name
         voices = [v.strip() for v in args.voices.split(",") if v.strip()]
         refs = read_references(args.ref)
         plan = plan_tts(refs, args.limit, args.seed, voices)
-        info = {"source": _relative(args.ref), "source_utterances": len(refs), "limit": args.limit,
+        info = {"source": shown(args.ref), "source_utterances": len(refs), "limit": args.limit,
                 "seed": args.seed, "voices": voices, "subset": "evenly spaced lines (choose_subset)",
                 "tempo_range": list(TEMPO_RANGE), "snrs_db": list(SNRS_DB)}
     set_dir = args.out or REPO_ROOT / "runs" / "pocketsphinx" / name
     build_set(plan, set_dir, name=name, jobs=args.jobs, nbest=args.nbest, nbest_scan=args.nbest_scan,
-              arpa=not args.no_arpa, info=info, command=" ".join(["python -m bench.pocketsphinx_set", *argv]))
+              arpa=not args.no_arpa, info=info, command=command_line("bench.pocketsphinx_set", argv))
     return name, set_dir
 
 
