@@ -35,11 +35,17 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Write ``path`` (UTF-8) whole or not at all: a temporary file renamed; its folder made."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")  # several benchmark processes may write
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON indented by 1, by :func:`write_text`."""
+    write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def command_line(module: str, argv: Sequence[str] | None = None) -> str:
@@ -117,9 +123,7 @@ def afp_ppl(model: Path, text: Path) -> dict[str, Any]:
 
 def line_range(path: Path, first: int, last: int | None, out: Path) -> Path:
     """Lines ``first..last`` (1-based, inclusive; ``None``: to the end) of ``path``, written to ``out``."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(lines), encoding="utf-8")
+    write_text(out, "".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]))
     return out
 
 
