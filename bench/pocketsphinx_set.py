@@ -33,12 +33,8 @@ The set ``OUT`` (default ``runs/pocketsphinx/NAME``, git-ignored) holds:
                        gives filler words (silence) the LM's log-zero, so its lists avoid pauses
                        and their top is often worse than ``hyp.trn`` (see :func:`summarize`).
 ``decoder-lm.ngram.arpa.gz`` the decoder's own 3-gram as ARPA (for ``--old-lm``), read from the binary
-                       trie (:func:`lm.ngram.sphinx.read_sphinx_trie`): PocketSphinx's own ARPA writer crashes on
-                       ``en-us.lm.bin`` (its header over-counts the 2-grams by 6). It holds the
-                       2-grams PocketSphinx inserted so that every 3-gram is reachable in its trie
-                       (probability: the back-off value quantized to a 2-gram bin; back-off weight
-                       0), so the model is the decoder's exactly, quantized values included; the
-                       build checks it against ``NGramModel.prob`` (``set.json``: ``decoder_lm``).
+                       trie by :mod:`lm.ngram.sphinx` (the decoder's model exactly, quantized values
+                       included); the build checks it against ``NGramModel.prob`` (``set.json``: ``decoder_lm``).
 ``set.json``           the command, versions, the decoder's configuration values that matter for
                        rescoring, and per utterance the voice, tempo, noise, durations and
                        decoding time.
@@ -390,16 +386,15 @@ def tool_versions() -> dict[str, str | None]:
     """Versions of pocketsphinx, python, sox, flite and festival (None where absent)."""
     from importlib.metadata import version
 
-    def first_line(command: list[str]) -> str | None:
-        if shutil.which(command[0]) is None:
+    def first_line(program: str) -> str | None:  # of ``program --version``, the first naming a version
+        if shutil.which(program) is None:
             return None
-        result = subprocess.run(command, capture_output=True, text=True)
-        lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if re.search(r"\d+\.\d+", line)]
-        return lines[0] if lines else None
+        result = subprocess.run([program, "--version"], capture_output=True, text=True)
+        return next((line.strip() for line in (result.stdout + result.stderr).splitlines()
+                     if re.search(r"\d+\.\d+", line)), None)
 
     return {"pocketsphinx": version("pocketsphinx"), "python": platform.python_version(),
-            "sox": first_line(["sox", "--version"]), "flite": first_line(["flite", "--version"]),
-            "festival": first_line(["festival", "--version"])}
+            **{program: first_line(program) for program in ("sox", "flite", "festival")}}
 
 
 def write_trn(path: Path, rows: Iterable[tuple[str, Sequence[str]]]) -> None:
@@ -450,13 +445,9 @@ def debian_packages(synthetic: bool, voices: Iterable[str]) -> list[str]:
     """The Debian packages a set needs: sox and its TTS engines and voices; or pocketsphinx-testdata."""
     if not synthetic:
         return [DEBIAN_PACKAGES["librivox"]]
-    names = {"sox"}
-    for voice in voices:
-        engine, name = voice.split(":", 1)
-        names.add(engine)
-        if engine == "festival" and name in DEBIAN_PACKAGES:
-            names.add(DEBIAN_PACKAGES[name])
-    return sorted(names)
+    parsed = [voice.split(":", 1) for voice in voices]
+    return sorted({"sox", *(engine for engine, _ in parsed), *(DEBIAN_PACKAGES[name] for engine, name in parsed
+                                                                if engine == "festival" and name in DEBIAN_PACKAGES)})
 
 
 # ------------------------------------------------------------------------------- summary

@@ -171,10 +171,8 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
 
 def unavailable(system: System, cache: Path = CACHE) -> str | None:
     """Why ``system`` cannot run (its ``absent`` text), or None."""
-    for path in (system.model, system.feature):
-        if path is not None and model_dir(path, cache) is None:
-            return f"{system.absent}: {path} is not there"
-    return None
+    missing = [path for path in (system.model, system.feature) if path is not None and model_dir(path, cache) is None]
+    return f"{system.absent}: {missing[0]} is not there" if missing else None
 
 
 Scorer = Callable[[Any, Any], Any]  # (lattice, options) -> ScoredLattice
@@ -295,11 +293,8 @@ def compare_rows(table: dict[str, Any], seed: int = 0) -> None:
     matched-pairs test and bootstrap (the row's WER minus the other's)."""
     rows = table["rows"]
     for row in rows.values():
-        row["against"] = {}
-        for other in (DECODER, REFERENCE):
-            found = _compared(rows, row, other, seed) if other != row["system"] else None
-            if found is not None:
-                row["against"][other] = found
+        found = {other: _compared(rows, row, other, seed) for other in (DECODER, REFERENCE) if other != row["system"]}
+        row["against"] = {other: compared for other, compared in found.items() if compared is not None}
     table["pairs"] = [{"system": name, "against": other, "applied_to": row["applied_to"], **found}
                       for name, other in PAIRS for row in rows.values() if row["system"] == name
                       for found in [_compared(rows, row, other, seed)] if found is not None]
@@ -366,7 +361,7 @@ class _Lattices(dict):
 
 def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR, limit: int | None = 200,
                 redo: bool = False, restarts: int = 1, folds: int = 1, command: str = "",
-                cache: Path = CACHE, plot_path: Path | None = None) -> dict[str, Any]:
+                cache: Path = CACHE) -> dict[str, Any]:
     """Compute every missing (system, direction) row, writing ``out`` after each; returns the table."""
     torch.set_num_threads(1)
     sets, info = _read_sets(sets_dir, limit)
@@ -417,7 +412,7 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
                      if "rescore_seconds" in row else ""), flush=True)
     table = _merge(out, table, mine)
     with _locked(out):
-        plot(table, plot_path or out.with_suffix(".png"))
+        plot(table, out.with_suffix(".png"))
     return table
 
 

@@ -169,8 +169,8 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
                      f"{row['seconds_per_epoch']:.0f} | {cost.get('expanded_arcs', '-')} | "
                      f"{cost.get('unique_contexts', '-')} | "
                      f"{format(cost['seconds'], '.2f') if cost else '-'} |")
-    if any(row.get("rescoring_cost") for row in table.values()):
-        first = next(row["rescoring_cost"] for row in table.values() if row.get("rescoring_cost"))
+    first = next((row["rescoring_cost"] for row in table.values() if row.get("rescoring_cost")), None)
+    if first:
         lines += ["", f"Rescoring cost: exact rescoring of the {first['lattices']} real AMI lattices of "
                       "`../shared/data/lattices` (HTK and Kaldi), summed; seconds on the training machine (CPU), "
                       "comparable within this table only."]

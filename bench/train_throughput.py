@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import multiprocessing
 import resource
 import statistics
@@ -257,9 +258,8 @@ class ScoreSetup:
                                                                               target_context))
         model = _model(self.vocab_size, "afp", self.softmax, self.hidden, self.rho, device).eval()
 
-        def run() -> float:
-            return _timed(lambda: model.score_contexts(contexts, lengths, targets, target_context), device)
-
+        run = functools.partial(_timed, lambda: model.score_contexts(contexts, lengths, targets, target_context),
+                                device)
         run()  # warm-up
         return run
 
@@ -332,20 +332,14 @@ class Worker:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """A forkserver that has imported torch and the model: a worker starts with a fork, and has
-    not inherited any threads or CUDA state from this process."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "lm.model", "lm.train"])
-    return context
-
-
 def measure(setups: Sequence[Setup], rounds: int, device: torch.device, threads: int, isolate: bool,
             rate_key: str, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Time ``setups`` taking turns, ``rounds`` rounds; per setup, in order: ``round_seconds``,
     ``median_round_seconds``, ``rate_key`` (units per second in the median round) and, when
     ``isolate``, the memory of its worker (:func:`_peak_memory`)."""
-    context = _worker_context() if isolate else None
+    context = multiprocessing.get_context("forkserver") if isolate else None  # no threads or CUDA state of this one
+    if context:
+        context.set_forkserver_preload(["torch", "lm.model", "lm.train"])  # a worker starts with a fork
     runners: list[InProcess | Worker] = []
     try:
         for setup in setups:
@@ -393,8 +387,8 @@ def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict
     train = rows(train_setups(cfg), "tokens_per_second", lambda s: {
         "vocab_size": s.vocab_size, "mode": s.mode, "softmax": s.softmax, "name": s.name, "tokens_per_round": s.units})
     for row in train:
-        ref = next((r for r in train if (r["vocab_size"], r["mode"], r["softmax"]) == (row["vocab_size"], "exact", "full")),
-                   None)
+        ref = next((r for r in train if r["vocab_size"] == row["vocab_size"] and r["mode"] == "exact"
+                    and r["softmax"] == "full"), None)
         row["speedup_over_exact_full"] = row["tokens_per_second"] / ref["tokens_per_second"] if ref else None
     result: dict[str, Any] = {
         "benchmark": "bench.train_throughput", "device": str(device),
