@@ -157,26 +157,23 @@ def plan_librivox(directory: Path | None = None) -> list[Utterance]:
 # ------------------------------------------------------------------------------- audio
 def check_tools(voices: Iterable[str]) -> None:
     """Raise :class:`MissingTool` naming the Debian package for any missing program or voice."""
-    needed = {"sox"}
-    for voice in voices:
-        engine, name = voice.split(":", 1)
+    parsed = [voice.split(":", 1) for voice in voices]
+    for engine, name in parsed:
         if engine not in ("flite", "festival"):
-            raise ValueError(f"voice {voice!r}: the engine must be flite or festival")
-        needed.add("flite" if engine == "flite" else "text2wave")
+            raise ValueError(f"voice '{engine}:{name}': the engine must be flite or festival")
+    for program in sorted({"sox", *("flite" if engine == "flite" else "text2wave" for engine, _ in parsed)}):
+        if shutil.which(program) is None:
+            raise MissingTool(f"{program} is not installed: apt-get install {DEBIAN_PACKAGES[program]}")
+    for engine, name in parsed:
         if engine == "festival" and not list(Path("/usr/share/festival/voices").glob(f"*/{name}")):
             raise MissingTool(f"festival voice {name} is not installed: apt-get install "
                               f"{DEBIAN_PACKAGES.get(name, 'the festvox package of ' + name)}")
         if engine == "flite" and name not in _flite_voices():
             raise MissingTool(f"flite has no voice {name!r} (it has {', '.join(_flite_voices())})")
-    for program in sorted(needed):
-        if shutil.which(program) is None:
-            raise MissingTool(f"{program} is not installed: apt-get install {DEBIAN_PACKAGES[program]}")
 
 
 @cache
 def _flite_voices() -> tuple[str, ...]:
-    if shutil.which("flite") is None:
-        raise MissingTool("flite is not installed: apt-get install flite")
     out = subprocess.run(["flite", "-lv"], capture_output=True, text=True, check=True).stdout
     return tuple(out.split(":", 1)[-1].split())
 
@@ -192,10 +189,9 @@ def synthesize(text: str, voice: str, out_wav: Path, workdir: Path) -> None:
     engine, name = voice.split(":", 1)
     text_file = workdir / "text.txt"
     text_file.write_text(text.lower() + "\n", encoding="utf-8")
-    if engine == "flite":
-        _run(["flite", "-voice", name, "-f", str(text_file), "-o", str(out_wav)], f"flite ({name})")
-    else:
-        _run(["text2wave", "-eval", f"(voice_{name})", "-o", str(out_wav), str(text_file)], f"text2wave ({name})")
+    command = (["flite", "-voice", name, "-f", str(text_file), "-o", str(out_wav)] if engine == "flite" else
+               ["text2wave", "-eval", f"(voice_{name})", "-o", str(out_wav), str(text_file)])
+    _run(command, f"{command[0]} ({name})")
     if not out_wav.is_file() or out_wav.stat().st_size <= 44:
         raise RuntimeError(f"{voice} wrote no audio for {text[:60]!r}")
 
@@ -472,8 +468,7 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
     set_dir = Path(set_dir)
     meta = json.loads((set_dir / "set.json").read_text(encoding="utf-8"))
     n = meta["nbest"]["size"]
-    refs = {k: [w.lower() for w in ws] for k, ws in read_references(set_dir / "ref.trn").items()}
-    hyps = {k: [w.lower() for w in ws] for k, ws in read_references(set_dir / "hyp.trn").items()}
+    refs, hyps = (read_references(set_dir / name) for name in ("ref.trn", "hyp.trn"))
     columns = ("first_pass", f"nbest{n}_top", f"nbest{n}_oracle", f"first_pass_or_nbest{n}_oracle")
     totals = dict.fromkeys(columns, WerStats.zero())
     records = meta["utterances"]
@@ -484,8 +479,8 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
         path = set_dir / "nbest" / f"{key}.nbest"
         listed = read_srilm_nbest(path.read_text(encoding="utf-8"), str(path), key).hypotheses if path.is_file() else ()
         sizes.append(len(listed))
-        candidates = [word_errors(ref, [w.lower() for w in h.words]) for h in listed] or [word_errors(ref, [])]
-        first = word_errors(ref, hyps.get(key, []))
+        candidates = [word_errors(ref, h.words, ignore_case=True) for h in listed] or [word_errors(ref, [])]
+        first = word_errors(ref, hyps.get(key, []), ignore_case=True)
         for column, stats in zip(columns, (first, candidates[0], _fewest(candidates), _fewest([first, *candidates]))):
             totals[column] = totals[column] + stats
         if voice_of.get(key):

@@ -484,8 +484,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets-dir", type=Path, default=SETS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    if args.systems:
-        systems = [s for s in systems if s.name in args.systems]
+    systems = [s for s in systems if not args.systems or s.name in args.systems]
     build_table(systems, args.out, args.sets_dir, args.limit, args.redo, args.restarts, args.folds,
                 command_line("bench.pocketsphinx_wer_table", argv))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")

@@ -250,12 +250,10 @@ class ScoreSetup:
 
     def prepare(self, device: torch.device) -> Callable[[], float]:
         generator = torch.Generator().manual_seed(self.vocab_size)
-        contexts = zipf_ids(self.vocab_size, self.contexts * self.rho, generator).view(self.contexts, self.rho)
-        lengths = torch.full((self.contexts,), self.rho, dtype=torch.long)
-        targets = zipf_ids(self.vocab_size, self.contexts * self.targets_per_context, generator)
-        target_context = torch.arange(self.contexts).repeat_interleave(self.targets_per_context)
-        contexts, lengths, targets, target_context = (t.to(device) for t in (contexts, lengths, targets,
-                                                                              target_context))
+        contexts = zipf_ids(self.vocab_size, self.contexts * self.rho, generator).view(self.contexts, self.rho).to(device)
+        lengths = torch.full((self.contexts,), self.rho, dtype=torch.long, device=device)
+        targets = zipf_ids(self.vocab_size, self.contexts * self.targets_per_context, generator).to(device)
+        target_context = torch.arange(self.contexts, device=device).repeat_interleave(self.targets_per_context)
         model = _model(self.vocab_size, "afp", self.softmax, self.hidden, self.rho, device).eval()
 
         run = functools.partial(_timed, lambda: model.score_contexts(contexts, lengths, targets, target_context),
