@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -549,10 +550,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def build_from_args(args: argparse.Namespace, argv: Sequence[str]) -> tuple[str, Path]:
     """Plan and build the set that the command line asks for; returns its name and directory."""
-    try:
-        import pocketsphinx  # noqa: F401
-    except ImportError:
-        raise MissingTool("pocketsphinx is not installed: pip install -e '.[decoder]' (pocketsphinx>=5.1)") from None
+    if importlib.util.find_spec("pocketsphinx") is None:
+        raise MissingTool("pocketsphinx is not installed: pip install -e '.[decoder]' (pocketsphinx>=5.1)")
     from afp.wer import read_references
 
     if args.librivox:

@@ -66,6 +66,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import shutil
 import time
@@ -152,8 +153,6 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     """A loadable model directory for ``path``: itself when it is one (a checkpoint, a mixture, an
     n-gram directory), a float32 copy in ``cache`` of kept bf16 weights (``model.bf16.safetensors``
     and ``config.json``, :func:`bench.common.cast_weights`), or None when there is no model."""
-    if not path.exists():
-        return None
     if any((path / name).is_file() for name in ("model.safetensors", "mixture.json", "ngram.json")):
         return path
     kept, config = path / "model.bf16.safetensors", path / "config.json"
@@ -259,7 +258,7 @@ def scored_set(loaded: Loaded, data: dict[str, Any], lattices: list[Any]) -> tup
 
 
 def run_row(system: System, loaded: Loaded | None, tune: dict[str, Any], test: dict[str, Any],
-            lattices: dict[str, list[Any]], tuners: dict[str, tuple[Any, float]], restarts: int, folds: int,
+            lattices: Callable[[str], list[Any]], tuners: dict[str, tuple[Any, float]], restarts: int, folds: int,
             seed: int = 0) -> dict[str, Any]:
     """Tune ``system`` on ``tune``, apply it to ``test`` (:mod:`afp.transfer`, each test lattice
     scored again with the weights applied, as ``afp rescore --weights`` does): the row of the table.
@@ -272,12 +271,12 @@ def run_row(system: System, loaded: Loaded | None, tune: dict[str, Any], test: d
         return {**row, **_applied(test, [test["hyps"].get(u["key"], []) for u in test["utterances"]], None)}
     for data in (tune, test):
         if data["name"] not in tuners:
-            tuners[data["name"]] = scored_set(loaded, data, lattices[data["name"]])
+            tuners[data["name"]] = scored_set(loaded, data, lattices(data["name"]))
     tuner, scoring_seconds = tuners[tune["name"]]
     tick = time.perf_counter()
     tuned = tune_weights(tuner, restarts=restarts, folds=folds, seed=seed, baseline=tune["hyps"], apply_best=True)
     tune_seconds = scoring_seconds + time.perf_counter() - tick
-    decoded = apply_weights(tuners[test["name"]][0], tuned.point, inputs=lattices[test["name"]], score=loaded.score)
+    decoded = apply_weights(tuners[test["name"]][0], tuned.point, inputs=lattices(test["name"]), score=loaded.score)
     applied = _applied(test, [list(w) for w in decoded.words], list(decoded.seconds or ()))
     summary = {k: tuned.report[k] for k in ("first_pass_wer", "start", "best", "cross_validated", "baseline",
                                             "chosen", "at_edge", "line_searches") if k in tuned.report}
@@ -339,33 +338,24 @@ def _read_sets(sets_dir: Path, limit: int | None) -> tuple[dict[str, Any], dict[
     return sets, info
 
 
-class _Lattices(dict):
-    """The sets' lattices, read on first use (a resumed table with nothing left to do reads none)."""
-
-    def __init__(self, sets: dict[str, Any], info: dict[str, Any]) -> None:
-        super().__init__()
-        self.sets, self.info = sets, info
-
-    def __missing__(self, name: str) -> list[Any]:
-        from lattices.formats import read_lattice_file
-
-        tick = time.perf_counter()
-        paths = self.sets[name]["paths"]
-        lattices = [read_lattice_file(path)[0] for path in paths]
-        keys = [u["key"] for u in self.sets[name]["utterances"]]
-        assert [lattice.key for lattice in lattices] == keys, (name, [lattice.key for lattice in lattices][:3], keys[:3])
-        self.info[name]["read_seconds_per_utterance"] = (time.perf_counter() - tick) / max(len(paths), 1)
-        self[name] = lattices
-        return lattices
-
-
 def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR, limit: int | None = 200,
                 redo: bool = False, restarts: int = 1, folds: int = 1, command: str = "",
                 cache: Path = CACHE) -> dict[str, Any]:
     """Compute every missing (system, direction) row, writing ``out`` after each; returns the table."""
+    from lattices.formats import read_lattice_file
+
     torch.set_num_threads(1)
     sets, info = _read_sets(sets_dir, limit)
-    lattices = _Lattices(sets, info)
+
+    @functools.cache
+    def lattices(name: str) -> list[Any]:  # a set's lattices, read on first use (a resumed table may read none)
+        tick = time.perf_counter()
+        read = [read_lattice_file(path)[0] for path in sets[name]["paths"]]
+        keys = [u["key"] for u in sets[name]["utterances"]]
+        assert [lattice.key for lattice in read] == keys, (name, [lattice.key for lattice in read][:3], keys[:3])
+        info[name]["read_seconds_per_utterance"] = (time.perf_counter() - tick) / max(len(read), 1)
+        return read
+
     table = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     if table is not None and (table.get("limit") != limit or list(table.get("sets", {})) != list(SETS)) and not redo:
         raise SystemExit(f"{out} holds a table of --limit {table.get('limit')}: give --redo to start afresh, or "

@@ -116,8 +116,7 @@ class ThroughputConfig:
 
     def __post_init__(self) -> None:
         for name, allowed in (("modes", MODES), ("softmaxes", SOFTMAXES)):
-            bad = set(getattr(self, name)) - set(allowed)
-            if bad or not getattr(self, name):
+            if not getattr(self, name) or not set(getattr(self, name)) <= set(allowed):
                 raise ValueError(f"{name}: must be a non-empty selection of {allowed}, got {getattr(self, name)}")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision: must be fp32 or bf16, got {self.precision!r}")
