@@ -497,9 +497,9 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
                    for voice, stats in sorted(by_voice.items())},
         "wer": {column: stats.to_json() for column, stats in totals.items()},
         "nbest_mean_size": round(statistics.fmean(sizes), 2) if sizes else 0.0,
-        "rtf": {"decode": _ratio(sum(r["decode_seconds"] for r in records), audio),
-                "decode_lattice_nbest": _ratio(sum(r["decode_seconds"] + r["lattice_seconds"] + r["nbest_seconds"]
-                                                   for r in records), audio)},
+        "rtf": {name: round(sum(sum(r[f"{part}_seconds"] for part in parts) for r in records) / audio, 4)
+                if audio else 0.0 for name, parts in (("decode", ["decode"]),
+                                                      ("decode_lattice_nbest", ["decode", "lattice", "nbest"]))},
         "jobs": meta.get("jobs"), "wall_seconds": round(meta.get("wall_seconds", 0.0), 1),
         "lattice_links": {"median": statistics.median(links) if links else 0, "max": max(links, default=0),
                           "mean": round(statistics.fmean(links), 1) if links else 0.0},
@@ -509,10 +509,6 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
 def _fewest(candidates: Sequence[Any]) -> Any:
     """The :class:`afp.wer.WerStats` with the fewest errors (the first of equals)."""
     return min(candidates, key=lambda stats: stats.errors)
-
-
-def _ratio(a: float, b: float) -> float:
-    return round(a / b, 4) if b else 0.0
 
 
 def record_summary(name: str, summary: dict[str, Any], results: Path = RESULTS_FILE) -> None:

@@ -452,14 +452,11 @@ def plot(table: dict[str, Any], path: Path) -> None:
         left.bar(xs, [r["wer"] if r else 0.0 for r in found], width, label=f"applied to {applied}")
         seconds = [r.get("rescore_seconds_per_utterance") if r else None for r in found]
         right.bar([x for x, s in zip(xs, seconds) if s], [s for s in seconds if s], width, label=f"on {applied}")
-    left.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
-    left.set_ylabel("WER (%)")
-    left.set_title(f"PocketSphinx lattices (synthetic audio), {table['limit']} utterances per set")
-    left.legend(fontsize=7)
-    right.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
-    right.set_yscale("log")
-    right.set_ylabel("rescoring seconds per utterance (1 CPU thread)")
-    right.legend(fontsize=7)
+    left.set(ylabel="WER (%)", title=f"PocketSphinx lattices (synthetic audio), {table['limit']} utterances per set")
+    right.set(yscale="log", ylabel="rescoring seconds per utterance (1 CPU thread)")
+    for ax in (left, right):
+        ax.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
+        ax.legend(fontsize=7)
     save_figure(fig, path)
 
 

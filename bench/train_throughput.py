@@ -432,17 +432,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
             ax.bar([x + i * width for x in range(len(vocab_sizes))], values, width,
                    label=f"{_mode_name(mode, result['config']['rho'])}, {softmax}")
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(vocab_sizes))], [f"V={v:,}" for v in vocab_sizes])
-        ax.set_yscale("log" if key == "tokens_per_second" else "linear")
-        ax.set_ylabel(label)
+        ax.set(yscale="log" if key == "tokens_per_second" else "linear", ylabel=label)
     axes[0].legend(fontsize=8)
     axes[0].set_title(f"GRU {result['config']['hidden']}, {result['device_name']}, {result['config']['precision']}")
-    ax = axes[-1]
     if result["score"]:
         rows = result["score"]["rows"]
-        bars = ax.bar([r["softmax"] for r in rows], [r["contexts_per_second"] for r in rows], color="C2")
-        ax.bar_label(bars, fmt="%.0f")
-        ax.set_ylabel("score_contexts contexts/s")
-        ax.set_title(f"AFP-{result['score']['rho']} scoring, V={result['score']['vocab_size']:,}")
+        axes[-1].bar_label(axes[-1].bar([r["softmax"] for r in rows], [r["contexts_per_second"] for r in rows],
+                                        color="C2"), fmt="%.0f")
+        axes[-1].set(ylabel="score_contexts contexts/s",
+                     title=f"AFP-{result['score']['rho']} scoring, V={result['score']['vocab_size']:,}")
     save_figure(fig, path)
 
 
