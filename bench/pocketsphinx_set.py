@@ -404,8 +404,9 @@ def build_set(plan: Sequence[Utterance], out: Path, *, name: str, jobs: int = 1,
     """Decode ``plan`` into the set directory ``out`` (module docstring); returns set.json's content
     (``command``: how it was asked for, by default this process's arguments)."""
     started = time.perf_counter()
-    if any(u.source_wav is None for u in plan):
-        check_tools({u.voice for u in plan if u.voice})
+    synthetic, voices = any(u.source_wav is None for u in plan), {u.voice for u in plan if u.voice}
+    if synthetic:
+        check_tools(voices)
     for sub in ("wav", "lattices", "nbest", "work"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True)
@@ -415,13 +416,11 @@ def build_set(plan: Sequence[Utterance], out: Path, *, name: str, jobs: int = 1,
     shutil.rmtree(out / "work", ignore_errors=True)
     write_trn(out / "ref.trn", ((u.key, u.words) for u in plan))
     write_trn(out / "hyp.trn", ((r["key"], r.pop("hyp")) for r in records))
-    synthetic = any(u.source_wav is None for u in plan)
     meta: dict[str, Any] = {
-        "name": name, "command": command or command_line("bench.pocketsphinx_set"),
-        "synthetic": synthetic,
+        "name": name, "command": command or command_line("bench.pocketsphinx_set"), "synthetic": synthetic,
         "audio": ("synthetic: text-to-speech (flite, festival), sox tempo and pink noise" if synthetic
                   else "real speech (LibriVox recordings from pocketsphinx-testdata), unchanged"),
-        "debian_packages": debian_packages(synthetic, {u.voice for u in plan if u.voice}),
+        "debian_packages": debian_packages(synthetic, voices),
         **(info or {}), "jobs": jobs, "versions": tool_versions(),
         "decoder": {"constructor": "pocketsphinx.Decoder(fwdflat=False)", **decoder_config(decoder)},
         "nbest": {"format": "SRILM NBestList1.0, score = PocketSphinx A* path score in bytelog", "size": nbest,

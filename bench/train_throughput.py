@@ -390,9 +390,7 @@ def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict
     result: dict[str, Any] = {
         "benchmark": "bench.train_throughput", "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-        "config": dataclasses.asdict(cfg),
-        "cell": "gru", "zipf_exponent": ZIPF_EXPONENT, "train": train, "score": None,
-    }
+        "config": dataclasses.asdict(cfg), "cell": "gru", "zipf_exponent": ZIPF_EXPONENT, "train": train, "score": None}
     if cfg.score_vocab_size:
         scored = rows(score_setups(cfg), "contexts_per_second", lambda s: {
             "vocab_size": s.vocab_size, "softmax": s.softmax, "name": s.name, "contexts_per_round": s.units,
@@ -411,8 +409,7 @@ MEMORY_LABELS = {"peak_cuda_mib": "peak CUDA memory (MiB)", "peak_rss_mib": "pea
 
 def _memory_key(result: dict[str, Any]) -> str | None:
     """The peak-memory field the rows carry: CUDA's when measured on a GPU, else RSS, else None."""
-    rows = result["train"]
-    return next((key for key in MEMORY_LABELS if rows and key in rows[0]), None)
+    return next((key for key in MEMORY_LABELS if result["train"] and key in result["train"][0]), None)
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
