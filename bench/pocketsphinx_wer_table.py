@@ -35,20 +35,20 @@ the n-best lattice of its n best) and scores it into a :class:`~lattices.scored.
 put in its ``new_lm`` column by :mod:`bench.baselines`), and :mod:`afp.transfer` tunes and applies:
 ``afp tune``'s joint search (the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
 tuning set: from the first pass's own point and ``--restarts`` random ones (default 1), without
-cross-validation (``--folds``, default 1). (``afp tune``'s own
-defaults, 3 and 5, cost about ten times as much: on a lattice every candidate of a line search is a
-full search of every utterance, 25 candidates per line search.) Then those weights, as ``afp tune
---save`` writes them, are applied to the other set, each lattice prepared, scored and searched
-again with them as ``afp rescore --weights`` does. Where ``afp tune`` would save nothing (the tuned point is worse than the decoder on the tuning
-set) the tuned point is applied anyway and the row says so. The engine runs at its defaults
-(:func:`afp.options.build_options`), on the CPU, one torch thread.
+cross-validation (``--folds``, default 1). (``afp tune``'s own defaults, 3 and 5, cost about ten
+times as much: on a lattice every candidate of a line search is a full search of every utterance, 25
+candidates per line search.) Then those weights, as ``afp tune --save`` writes them, are applied to
+the other set, each lattice prepared, scored and searched again with them as
+``afp rescore --weights`` does. Where ``afp tune`` would save nothing (the tuned point is worse than
+the decoder on the tuning set) the tuned point is applied anyway and the row says so. The engine
+runs at its defaults (:func:`afp.options.build_options`), on the CPU, one torch thread.
 
 Reported per system and direction: the WER on the applied set, the matched-pairs test and bootstrap
 (:mod:`afp.significance`) against the decoder's 1-best and against ``nbest50-afp`` (and for the
-like-for-like :data:`PAIRS`, such as the GRU's AFP twin on the lattice against the GRU Kaldi-style); seconds per
-utterance of rescoring the applied set (everything after reading the file: n-best search,
-determinization, expansion, scoring, search), the tuning seconds (scoring the tuning set and the
-search) and the model's load time, apart. A model that is not there is reported as not trained
+like-for-like :data:`PAIRS`, such as the GRU's AFP twin on the lattice against the GRU Kaldi-style);
+seconds per utterance of rescoring the applied set (everything after reading the file: n-best
+search, determinization, expansion, scoring, search), the tuning seconds (scoring the tuning set and
+the search) and the model's load time, apart. A model that is not there is reported as not trained
 (its row is computed by a later run). Weights kept as bf16 (``model.bf16.safetensors`` and
 ``config.json``) are cast to float32 once into ``runs/pocketsphinx/wer_table_models``.
 
@@ -131,14 +131,11 @@ def default_systems() -> list[System]:
         System("nbest50-afp", "50-best, AFP part", "nbest", MODELS / "afp", 50),
         System("nbest500-afp", "500-best, AFP part", "nbest", MODELS / "afp", 500),
         System("lattice-kn4", "lattice, KN 4-gram only", "lattice", MODELS / "ngram"),
-        System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50,
-               absent=BOOKS_PAIR_ABSENT),
-        System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru,
-               absent=BOOKS_PAIR_ABSENT),
+        System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50, absent=BOOKS_PAIR_ABSENT),
+        System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru, absent=BOOKS_PAIR_ABSENT),
         System("lattice-afp", "exact lattice, AFP part", "lattice", MODELS / "afp"),
         System("lattice-mixture", "exact lattice, mixture (AFP + 4-gram)", "lattice", MODELS),
-        System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin,
-               absent=BOOKS_PAIR_ABSENT),
+        System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin, absent=BOOKS_PAIR_ABSENT),
         System("lattice-mixture-acausal", "exact lattice, mixture + acausal window", "lattice", MODELS,
                feature=WINDOW, absent="not available (no LibriSpeech-domain window model: bash bench/acausal_train.sh books)"),
     ]
