@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (BOOKS_EM_LINES, BOOKS_PORTRAIT_LINES, REPO_ROOT, RESULTS, SHARED_DATA, afp, afp_ppl, environment,
-                          line_range, cast_weights, write_json)
+                          line_range, cast_weights, read_metrics, write_json, write_text)
 
 MODELS = REPO_ROOT / "models"
 RUNS = REPO_ROOT / "runs" / "bundle_mixtures"
@@ -76,8 +76,7 @@ def text_part(name: str, first: int, last: int | None) -> Path:
 def words_txt(model: Path) -> Path:
     config = json.loads((model / "config.json").read_text(encoding="utf-8"))
     out = RUNS / "words.txt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(f"{w} {i}\n" for i, w in enumerate(config["vocab"]["words"])), encoding="utf-8")
+    write_text(out, "".join(f"{w} {i}\n" for i, w in enumerate(config["vocab"]["words"])))
     return out
 
 
@@ -110,8 +109,7 @@ def books_large_part(target: Path, run: Path) -> Path:
     (part / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     stored = afp_ppl(part, SHARED_DATA / "books" / "valid.txt")
     trained = stored if weights.name == "model.bf16.safetensors" else afp_ppl(run, SHARED_DATA / "books" / "valid.txt")
-    record = next((f for f in (run.parent / "metrics.jsonl", run / "metrics.jsonl") if f.is_file()), None)
-    metrics = [json.loads(x) for x in record.read_text().splitlines() if x.strip()] if record else []
+    metrics = next((read_metrics(d) for d in (run.parent, run) if (d / "metrics.jsonl").is_file()), [])
     metrics = [m for m in metrics if "valid_ppl" in m] + [{"epoch": state.get("epoch"), "step": state.get("step"),
                                                            "valid_ppl": trained["ppl"], "note": "the shipped weights"}]
     (part / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics), encoding="utf-8")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,29 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Write ``path`` (UTF-8) whole or not at all: a temporary file renamed; its folder made."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")  # several benchmark processes may write
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON indented by 1, by :func:`write_text`."""
+    write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def command_line(module: str, argv: Sequence[str] | None = None) -> str:
+    """How a benchmark was asked for, as its JSON records it: ``python -m MODULE ARGS`` (``argv``
+    None: this process's arguments)."""
+    return " ".join(["python -m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def shown(path: Path) -> str:
+    """``path`` as results show it: relative to the checkout when inside it, else as given."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -88,7 +108,6 @@ BOOKS_PORTRAIT_LINES = (10572, 17246)
 def afp(*argv: str) -> str:
     """Run this checkout's ``afp`` command; its stdout (a failure stops the benchmark with its stderr)."""
     import subprocess
-    import sys
 
     done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=False)
@@ -104,9 +123,7 @@ def afp_ppl(model: Path, text: Path) -> dict[str, Any]:
 
 def line_range(path: Path, first: int, last: int | None, out: Path) -> Path:
     """Lines ``first..last`` (1-based, inclusive; ``None``: to the end) of ``path``, written to ``out``."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(lines), encoding="utf-8")
+    write_text(out, "".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[first - 1:last]))
     return out
 
 

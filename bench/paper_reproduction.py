@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, SHARED_DATA, environment, pyplot, read_metrics, save_figure, write_json
+from bench.common import RESULTS, SHARED_DATA, environment, pyplot, read_metrics, save_figure, write_json, write_text
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ptb": {
@@ -177,8 +177,7 @@ def count_kn(name: str, spec: dict[str, Any], dataset: str, out: Path) -> float:
     metrics = {"epoch": 1, "valid_ppl": valid_ppl, "train_ppl": ppl(data.train.ids),
                "seconds": time.perf_counter() - started, "device": "cpu", "precision": "fp64",
                "discounts": [list(level.discounts) for level in model.orders]}
-    (out / "runs" / name).mkdir(parents=True, exist_ok=True)
-    (out / "runs" / name / "metrics.jsonl").write_text(json.dumps(metrics) + "\n", encoding="utf-8")
+    write_text(out / "runs" / name / "metrics.jsonl", json.dumps(metrics) + "\n")
     print(f"{name}: valid ppl {valid_ppl:.2f} ({metrics['seconds']:.0f}s)", flush=True)
     return valid_ppl
 

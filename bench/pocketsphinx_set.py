@@ -33,12 +33,8 @@ The set ``OUT`` (default ``runs/pocketsphinx/NAME``, git-ignored) holds:
                        gives filler words (silence) the LM's log-zero, so its lists avoid pauses
                        and their top is often worse than ``hyp.trn`` (see :func:`summarize`).
 ``decoder-lm.ngram.arpa.gz`` the decoder's own 3-gram as ARPA (for ``--old-lm``), read from the binary
-                       trie (:func:`lm.ngram.sphinx.read_sphinx_trie`): PocketSphinx's own ARPA writer crashes on
-                       ``en-us.lm.bin`` (its header over-counts the 2-grams by 6). It holds the
-                       2-grams PocketSphinx inserted so that every 3-gram is reachable in its trie
-                       (probability: the back-off value quantized to a 2-gram bin; back-off weight
-                       0), so the model is the decoder's exactly, quantized values included; the
-                       build checks it against ``NGramModel.prob`` (``set.json``: ``decoder_lm``).
+                       trie by :mod:`lm.ngram.sphinx` (the decoder's model exactly, quantized values
+                       included); the build checks it against ``NGramModel.prob`` (``set.json``: ``decoder_lm``).
 ``set.json``           the command, versions, the decoder's configuration values that matter for
                        rescoring, and per utterance the voice, tempo, noise, durations and
                        decoding time.
@@ -51,7 +47,9 @@ case-insensitively), real-time factor and lattice sizes; the command adds it to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -73,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import REPO_ROOT, RESULTS, write_json
+from bench.common import REPO_ROOT, RESULTS, command_line, shown, write_json
 
 RESULTS_FILE = RESULTS / "pocketsphinx_sets.json"
 LIBRIVOX_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")
@@ -160,26 +158,23 @@ def plan_librivox(directory: Path | None = None) -> list[Utterance]:
 # ------------------------------------------------------------------------------- audio
 def check_tools(voices: Iterable[str]) -> None:
     """Raise :class:`MissingTool` naming the Debian package for any missing program or voice."""
-    needed = {"sox"}
-    for voice in voices:
-        engine, name = voice.split(":", 1)
+    parsed = [voice.split(":", 1) for voice in voices]
+    for engine, name in parsed:
         if engine not in ("flite", "festival"):
-            raise ValueError(f"voice {voice!r}: the engine must be flite or festival")
-        needed.add("flite" if engine == "flite" else "text2wave")
+            raise ValueError(f"voice '{engine}:{name}': the engine must be flite or festival")
+    for program in sorted({"sox", *("flite" if engine == "flite" else "text2wave" for engine, _ in parsed)}):
+        if shutil.which(program) is None:
+            raise MissingTool(f"{program} is not installed: apt-get install {DEBIAN_PACKAGES[program]}")
+    for engine, name in parsed:
         if engine == "festival" and not list(Path("/usr/share/festival/voices").glob(f"*/{name}")):
             raise MissingTool(f"festival voice {name} is not installed: apt-get install "
                               f"{DEBIAN_PACKAGES.get(name, 'the festvox package of ' + name)}")
         if engine == "flite" and name not in _flite_voices():
             raise MissingTool(f"flite has no voice {name!r} (it has {', '.join(_flite_voices())})")
-    for program in sorted(needed):
-        if shutil.which(program) is None:
-            raise MissingTool(f"{program} is not installed: apt-get install {DEBIAN_PACKAGES[program]}")
 
 
 @cache
 def _flite_voices() -> tuple[str, ...]:
-    if shutil.which("flite") is None:
-        raise MissingTool("flite is not installed: apt-get install flite")
     out = subprocess.run(["flite", "-lv"], capture_output=True, text=True, check=True).stdout
     return tuple(out.split(":", 1)[-1].split())
 
@@ -195,10 +190,9 @@ def synthesize(text: str, voice: str, out_wav: Path, workdir: Path) -> None:
     engine, name = voice.split(":", 1)
     text_file = workdir / "text.txt"
     text_file.write_text(text.lower() + "\n", encoding="utf-8")
-    if engine == "flite":
-        _run(["flite", "-voice", name, "-f", str(text_file), "-o", str(out_wav)], f"flite ({name})")
-    else:
-        _run(["text2wave", "-eval", f"(voice_{name})", "-o", str(out_wav), str(text_file)], f"text2wave ({name})")
+    command = (["flite", "-voice", name, "-f", str(text_file), "-o", str(out_wav)] if engine == "flite" else
+               ["text2wave", "-eval", f"(voice_{name})", "-o", str(out_wav), str(text_file)])
+    _run(command, f"{command[0]} ({name})")
     if not out_wav.is_file() or out_wav.stat().st_size <= 44:
         raise RuntimeError(f"{voice} wrote no audio for {text[:60]!r}")
 
@@ -238,11 +232,10 @@ def degrade(tts_wav: Path, utt: Utterance, out_wav: Path, workdir: Path) -> dict
 
 
 # ------------------------------------------------------------------------------- decoding
-_DECODER: Any = None
-
-
+@cache
 def make_decoder() -> Any:
-    """``pocketsphinx.Decoder(fwdflat=False)``, everything else at its default."""
+    """This process's ``pocketsphinx.Decoder(fwdflat=False)``, everything else at its default
+    (:func:`build_set` starts each set with a new one)."""
     from pocketsphinx import Decoder
 
     return Decoder(fwdflat=False)
@@ -288,7 +281,6 @@ def slf_size(path: Path) -> tuple[int, int]:
 def process(job: tuple[Utterance, str, int, int]) -> dict[str, Any]:
     """Make one utterance's audio, decode it and write its lattice and n-best file; returns its
     set.json record (including the 1-best as ``hyp``)."""
-    global _DECODER
     utt, out, nbest, scan = job
     out_dir = Path(out)
     wav = out_dir / "wav" / f"{utt.key}.wav"
@@ -302,27 +294,25 @@ def process(job: tuple[Utterance, str, int, int]) -> dict[str, Any]:
     else:
         shutil.copyfile(utt.source_wav, wav)
         record.update(voice=None, tempo=1.0, snr_db=None, source=utt.source_wav)
-    samples = read_wav(wav)
-    if _DECODER is None:
-        _DECODER = make_decoder()
+    samples, decoder = read_wav(wav), make_decoder()
     begin = time.perf_counter()
-    _DECODER.start_utt()
-    _DECODER.process_raw(samples.tobytes(), full_utt=True)
-    _DECODER.end_utt()
-    hyp = _DECODER.hyp()
+    decoder.start_utt()
+    decoder.process_raw(samples.tobytes(), full_utt=True)
+    decoder.end_utt()
+    hyp = decoder.hyp()
     decoded = time.perf_counter()
-    lattice, dag = out_dir / "lattices" / f"{utt.key}.slf", _DECODER.get_lattice()
+    lattice, dag = out_dir / "lattices" / f"{utt.key}.slf", decoder.get_lattice()
     if dag is None:
         raise RuntimeError(f"{utt.key}: the decoder made no lattice ({samples.size / 16000:.2f} s of audio)")
     dag.write_htk(str(lattice))
     lattice_written = time.perf_counter()
-    entries, looked = nbest_distinct(_DECODER, nbest, scan)
+    entries, looked = nbest_distinct(decoder, nbest, scan)
     done = time.perf_counter()
     if entries:
         lines = ["NBestList1.0"] + [" ".join([f"({score})", *words]) for score, words in entries]
         (out_dir / "nbest" / f"{utt.key}.nbest").write_text("\n".join(lines) + "\n", encoding="utf-8")
     nodes, links = slf_size(lattice)
-    record.update(audio_seconds=samples.size / 16000, frames=_DECODER.n_frames(),
+    record.update(audio_seconds=samples.size / 16000, frames=decoder.n_frames(),
                   decode_seconds=decoded - begin, lattice_seconds=lattice_written - decoded,
                   nbest_seconds=done - lattice_written, lattice_nodes=nodes, lattice_links=links,
                   nbest_size=len(entries), nbest_entries_looked_at=looked,
@@ -334,22 +324,12 @@ def decode_all(plan: Sequence[Utterance], out: Path, jobs: int, nbest: int, scan
     """:func:`process` every utterance, in ``jobs`` worker processes (spawned, each with its own
     decoder) or in this process for ``jobs == 1``; records in plan order."""
     work = [(utt, str(out), nbest, scan) for utt in plan]
-    records = []
-    if jobs <= 1:
-        iterator: Iterable[dict[str, Any]] = map(process, work)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("spawn").Pool(jobs)
-        iterator = pool.imap(process, work, chunksize=1)
-    try:
-        for done, record in enumerate(iterator, 1):
+    records: list[dict[str, Any]] = []
+    with multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else contextlib.nullcontext() as pool:
+        for record in pool.imap(process, work, chunksize=1) if pool else map(process, work):
             records.append(record)
-            if done % 25 == 0 or done == len(work):
-                print(f"  {done}/{len(work)} utterances", file=sys.stderr, flush=True)
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+            if len(records) % 25 == 0 or len(records) == len(work):
+                print(f"  {len(records)}/{len(work)} utterances", file=sys.stderr, flush=True)
     return records
 
 
@@ -403,16 +383,15 @@ def tool_versions() -> dict[str, str | None]:
     """Versions of pocketsphinx, python, sox, flite and festival (None where absent)."""
     from importlib.metadata import version
 
-    def first_line(command: list[str]) -> str | None:
-        if shutil.which(command[0]) is None:
+    def first_line(program: str) -> str | None:  # of ``program --version``, the first naming a version
+        if shutil.which(program) is None:
             return None
-        result = subprocess.run(command, capture_output=True, text=True)
-        lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if re.search(r"\d+\.\d+", line)]
-        return lines[0] if lines else None
+        result = subprocess.run([program, "--version"], capture_output=True, text=True)
+        return next((line.strip() for line in (result.stdout + result.stderr).splitlines()
+                     if re.search(r"\d+\.\d+", line)), None)
 
     return {"pocketsphinx": version("pocketsphinx"), "python": platform.python_version(),
-            "sox": first_line(["sox", "--version"]), "flite": first_line(["flite", "--version"]),
-            "festival": first_line(["festival", "--version"])}
+            **{program: first_line(program) for program in ("sox", "flite", "festival")}}
 
 
 def write_trn(path: Path, rows: Iterable[tuple[str, Sequence[str]]]) -> None:
@@ -425,24 +404,23 @@ def build_set(plan: Sequence[Utterance], out: Path, *, name: str, jobs: int = 1,
     """Decode ``plan`` into the set directory ``out`` (module docstring); returns set.json's content
     (``command``: how it was asked for, by default this process's arguments)."""
     started = time.perf_counter()
-    if any(u.source_wav is None for u in plan):
-        check_tools({u.voice for u in plan if u.voice})
+    synthetic, voices = any(u.source_wav is None for u in plan), {u.voice for u in plan if u.voice}
+    if synthetic:
+        check_tools(voices)
     for sub in ("wav", "lattices", "nbest", "work"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True)
-    global _DECODER
-    decoder = _DECODER = make_decoder()  # used by decode_all when jobs == 1 (and for the config)
+    make_decoder.cache_clear()
+    decoder = make_decoder()  # used by decode_all when jobs == 1 (and for the config)
     records = decode_all(plan, out, jobs, nbest, nbest_scan)
     shutil.rmtree(out / "work", ignore_errors=True)
     write_trn(out / "ref.trn", ((u.key, u.words) for u in plan))
     write_trn(out / "hyp.trn", ((r["key"], r.pop("hyp")) for r in records))
-    synthetic = any(u.source_wav is None for u in plan)
     meta: dict[str, Any] = {
-        "name": name, "command": command or " ".join(["python -m bench.pocketsphinx_set", *sys.argv[1:]]),
-        "synthetic": synthetic,
+        "name": name, "command": command or command_line("bench.pocketsphinx_set"), "synthetic": synthetic,
         "audio": ("synthetic: text-to-speech (flite, festival), sox tempo and pink noise" if synthetic
                   else "real speech (LibriVox recordings from pocketsphinx-testdata), unchanged"),
-        "debian_packages": debian_packages(synthetic, {u.voice for u in plan if u.voice}),
+        "debian_packages": debian_packages(synthetic, voices),
         **(info or {}), "jobs": jobs, "versions": tool_versions(),
         "decoder": {"constructor": "pocketsphinx.Decoder(fwdflat=False)", **decoder_config(decoder)},
         "nbest": {"format": "SRILM NBestList1.0, score = PocketSphinx A* path score in bytelog", "size": nbest,
@@ -463,13 +441,9 @@ def debian_packages(synthetic: bool, voices: Iterable[str]) -> list[str]:
     """The Debian packages a set needs: sox and its TTS engines and voices; or pocketsphinx-testdata."""
     if not synthetic:
         return [DEBIAN_PACKAGES["librivox"]]
-    names = {"sox"}
-    for voice in voices:
-        engine, name = voice.split(":", 1)
-        names.add(engine)
-        if engine == "festival" and name in DEBIAN_PACKAGES:
-            names.add(DEBIAN_PACKAGES[name])
-    return sorted(names)
+    parsed = [voice.split(":", 1) for voice in voices]
+    return sorted({"sox", *(engine for engine, _ in parsed), *(DEBIAN_PACKAGES[name] for engine, name in parsed
+                                                                if engine == "festival" and name in DEBIAN_PACKAGES)})
 
 
 # ------------------------------------------------------------------------------- summary
@@ -494,8 +468,7 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
     set_dir = Path(set_dir)
     meta = json.loads((set_dir / "set.json").read_text(encoding="utf-8"))
     n = meta["nbest"]["size"]
-    refs = {k: [w.lower() for w in ws] for k, ws in read_references(set_dir / "ref.trn").items()}
-    hyps = {k: [w.lower() for w in ws] for k, ws in read_references(set_dir / "hyp.trn").items()}
+    refs, hyps = (read_references(set_dir / name) for name in ("ref.trn", "hyp.trn"))
     columns = ("first_pass", f"nbest{n}_top", f"nbest{n}_oracle", f"first_pass_or_nbest{n}_oracle")
     totals = dict.fromkeys(columns, WerStats.zero())
     records = meta["utterances"]
@@ -506,8 +479,8 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
         path = set_dir / "nbest" / f"{key}.nbest"
         listed = read_srilm_nbest(path.read_text(encoding="utf-8"), str(path), key).hypotheses if path.is_file() else ()
         sizes.append(len(listed))
-        candidates = [word_errors(ref, [w.lower() for w in h.words]) for h in listed] or [word_errors(ref, [])]
-        first = word_errors(ref, hyps.get(key, []))
+        candidates = [word_errors(ref, h.words, ignore_case=True) for h in listed] or [word_errors(ref, [])]
+        first = word_errors(ref, hyps.get(key, []), ignore_case=True)
         for column, stats in zip(columns, (first, candidates[0], _fewest(candidates), _fewest([first, *candidates]))):
             totals[column] = totals[column] + stats
         if voice_of.get(key):
@@ -515,7 +488,7 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
     audio = sum(r["audio_seconds"] for r in records)
     links = [slf_size(set_dir / "lattices" / f"{key}.slf")[1] for key in refs]
     return {
-        "set_dir": _relative(set_dir), "synthetic": meta["synthetic"], "audio": meta["audio"],
+        "set_dir": shown(set_dir), "synthetic": meta["synthetic"], "audio": meta["audio"],
         "debian_packages": meta["debian_packages"], "command": meta["command"],
         "decoder": meta["decoder"]["constructor"], "pocketsphinx": meta["versions"]["pocketsphinx"],
         "utterances": len(refs), "ref_words": totals["first_pass"].ref_words, "audio_seconds": round(audio, 2),
@@ -523,9 +496,9 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
                    for voice, stats in sorted(by_voice.items())},
         "wer": {column: stats.to_json() for column, stats in totals.items()},
         "nbest_mean_size": round(statistics.fmean(sizes), 2) if sizes else 0.0,
-        "rtf": {"decode": _ratio(sum(r["decode_seconds"] for r in records), audio),
-                "decode_lattice_nbest": _ratio(sum(r["decode_seconds"] + r["lattice_seconds"] + r["nbest_seconds"]
-                                                   for r in records), audio)},
+        "rtf": {name: round(sum(sum(r[f"{part}_seconds"] for part in parts) for r in records) / audio, 4)
+                if audio else 0.0 for name, parts in (("decode", ["decode"]),
+                                                      ("decode_lattice_nbest", ["decode", "lattice", "nbest"]))},
         "jobs": meta.get("jobs"), "wall_seconds": round(meta.get("wall_seconds", 0.0), 1),
         "lattice_links": {"median": statistics.median(links) if links else 0, "max": max(links, default=0),
                           "mean": round(statistics.fmean(links), 1) if links else 0.0},
@@ -535,17 +508,6 @@ def summarize(set_dir: str | Path) -> dict[str, Any]:
 def _fewest(candidates: Sequence[Any]) -> Any:
     """The :class:`afp.wer.WerStats` with the fewest errors (the first of equals)."""
     return min(candidates, key=lambda stats: stats.errors)
-
-
-def _ratio(a: float, b: float) -> float:
-    return round(a / b, 4) if b else 0.0
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
 
 
 def record_summary(name: str, summary: dict[str, Any], results: Path = RESULTS_FILE) -> None:
@@ -574,7 +536,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nbest-scan", type=int, default=2000, help="decoder.nbest() entries looked at, at most")
     parser.add_argument("--no-arpa", action="store_true", help="do not write decoder-lm.ngram.arpa.gz")
     parser.add_argument("--results", type=Path, default=RESULTS_FILE,
-                        help=f"summary JSON to update ({_relative(RESULTS_FILE)}); '-' for none")
+                        help=f"summary JSON to update ({shown(RESULTS_FILE)}); '-' for none")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.nbest < 1 or args.nbest_scan < args.nbest:
         parser.error("--jobs and --nbest must be positive and --nbest-scan at least --nbest")
@@ -583,26 +545,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def build_from_args(args: argparse.Namespace, argv: Sequence[str]) -> tuple[str, Path]:
     """Plan and build the set that the command line asks for; returns its name and directory."""
-    try:
-        import pocketsphinx  # noqa: F401
-    except ImportError:
-        raise MissingTool("pocketsphinx is not installed: pip install -e '.[decoder]' (pocketsphinx>=5.1)") from None
+    if importlib.util.find_spec("pocketsphinx") is None:
+        raise MissingTool("pocketsphinx is not installed: pip install -e '.[decoder]' (pocketsphinx>=5.1)")
     from afp.wer import read_references
 
     if args.librivox:
         name, plan = args.name or "librivox", plan_librivox(args.librivox_dir)
-        info: dict[str, Any] = {"source": _relative(Path(plan[0].source_wav or "").parent)}
+        info: dict[str, Any] = {"source": shown(Path(plan[0].source_wav or "").parent)}
     else:
         name = args.name or args.ref.resolve().parent.name
         voices = [v.strip() for v in args.voices.split(",") if v.strip()]
         refs = read_references(args.ref)
         plan = plan_tts(refs, args.limit, args.seed, voices)
-        info = {"source": _relative(args.ref), "source_utterances": len(refs), "limit": args.limit,
+        info = {"source": shown(args.ref), "source_utterances": len(refs), "limit": args.limit,
                 "seed": args.seed, "voices": voices, "subset": "evenly spaced lines (choose_subset)",
                 "tempo_range": list(TEMPO_RANGE), "snrs_db": list(SNRS_DB)}
     set_dir = args.out or REPO_ROOT / "runs" / "pocketsphinx" / name
     build_set(plan, set_dir, name=name, jobs=args.jobs, nbest=args.nbest, nbest_scan=args.nbest_scan,
-              arpa=not args.no_arpa, info=info, command=" ".join(["python -m bench.pocketsphinx_set", *argv]))
+              arpa=not args.no_arpa, info=info, command=command_line("bench.pocketsphinx_set", argv))
     return name, set_dir
 
 

@@ -35,20 +35,20 @@ the n-best lattice of its n best) and scores it into a :class:`~lattices.scored.
 put in its ``new_lm`` column by :mod:`bench.baselines`), and :mod:`afp.transfer` tunes and applies:
 ``afp tune``'s joint search (the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
 tuning set: from the first pass's own point and ``--restarts`` random ones (default 1), without
-cross-validation (``--folds``, default 1). (``afp tune``'s own
-defaults, 3 and 5, cost about ten times as much: on a lattice every candidate of a line search is a
-full search of every utterance, 25 candidates per line search.) Then those weights, as ``afp tune
---save`` writes them, are applied to the other set, each lattice prepared, scored and searched
-again with them as ``afp rescore --weights`` does. Where ``afp tune`` would save nothing (the tuned point is worse than the decoder on the tuning
-set) the tuned point is applied anyway and the row says so. The engine runs at its defaults
-(:func:`afp.options.build_options`), on the CPU, one torch thread.
+cross-validation (``--folds``, default 1). (``afp tune``'s own defaults, 3 and 5, cost about ten
+times as much: on a lattice every candidate of a line search is a full search of every utterance, 25
+candidates per line search.) Then those weights, as ``afp tune --save`` writes them, are applied to
+the other set, each lattice prepared, scored and searched again with them as
+``afp rescore --weights`` does. Where ``afp tune`` would save nothing (the tuned point is worse than
+the decoder on the tuning set) the tuned point is applied anyway and the row says so. The engine
+runs at its defaults (:func:`afp.options.build_options`), on the CPU, one torch thread.
 
 Reported per system and direction: the WER on the applied set, the matched-pairs test and bootstrap
 (:mod:`afp.significance`) against the decoder's 1-best and against ``nbest50-afp`` (and for the
-like-for-like :data:`PAIRS`, such as the GRU's AFP twin on the lattice against the GRU Kaldi-style); seconds per
-utterance of rescoring the applied set (everything after reading the file: n-best search,
-determinization, expansion, scoring, search), the tuning seconds (scoring the tuning set and the
-search) and the model's load time, apart. A model that is not there is reported as not trained
+like-for-like :data:`PAIRS`, such as the GRU's AFP twin on the lattice against the GRU Kaldi-style);
+seconds per utterance of rescoring the applied set (everything after reading the file: n-best
+search, determinization, expansion, scoring, search), the tuning seconds (scoring the tuning set and
+the search) and the model's load time, apart. A model that is not there is reported as not trained
 (its row is computed by a later run). Weights kept as bf16 (``model.bf16.safetensors`` and
 ``config.json``) are cast to float32 once into ``runs/pocketsphinx/wer_table_models``.
 
@@ -66,6 +66,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import shutil
 import time
@@ -76,7 +77,8 @@ from typing import Any
 
 import torch
 
-from bench.common import REPO_ROOT, RESULTS, environment, pyplot, save_figure, write_json
+from bench.common import REPO_ROOT, RESULTS, cast_weights, command_line, environment, pyplot, save_figure, shown, \
+    write_json
 
 SETS = ("dev_clean", "dev_other")
 SETS_DIR = Path("runs/pocketsphinx")
@@ -129,14 +131,11 @@ def default_systems() -> list[System]:
         System("nbest50-afp", "50-best, AFP part", "nbest", MODELS / "afp", 50),
         System("nbest500-afp", "500-best, AFP part", "nbest", MODELS / "afp", 500),
         System("lattice-kn4", "lattice, KN 4-gram only", "lattice", MODELS / "ngram"),
-        System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50,
-               absent=BOOKS_PAIR_ABSENT),
-        System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru,
-               absent=BOOKS_PAIR_ABSENT),
+        System("nbest50-gru", "50-best, full-history GRU", "nbest-rnn", gru, 50, absent=BOOKS_PAIR_ABSENT),
+        System("kaldi-gru", "Kaldi-style lattice, full-history GRU", "kaldi", gru, absent=BOOKS_PAIR_ABSENT),
         System("lattice-afp", "exact lattice, AFP part", "lattice", MODELS / "afp"),
         System("lattice-mixture", "exact lattice, mixture (AFP + 4-gram)", "lattice", MODELS),
-        System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin,
-               absent=BOOKS_PAIR_ABSENT),
+        System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin, absent=BOOKS_PAIR_ABSENT),
         System("lattice-mixture-acausal", "exact lattice, mixture + acausal window", "lattice", MODELS,
                feature=WINDOW, absent="not available (no LibriSpeech-domain window model: bash bench/acausal_train.sh books)"),
     ]
@@ -151,10 +150,6 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
     """A loadable model directory for ``path``: itself when it is one (a checkpoint, a mixture, an
     n-gram directory), a float32 copy in ``cache`` of kept bf16 weights (``model.bf16.safetensors``
     and ``config.json``, :func:`bench.common.cast_weights`), or None when there is no model."""
-    from bench.common import cast_weights
-
-    if not path.exists():
-        return None
     if any((path / name).is_file() for name in ("model.safetensors", "mixture.json", "ngram.json")):
         return path
     kept, config = path / "model.bf16.safetensors", path / "config.json"
@@ -172,10 +167,8 @@ def model_dir(path: Path, cache: Path = CACHE) -> Path | None:
 
 def unavailable(system: System, cache: Path = CACHE) -> str | None:
     """Why ``system`` cannot run (its ``absent`` text), or None."""
-    for path in (system.model, system.feature):
-        if path is not None and model_dir(path, cache) is None:
-            return f"{system.absent}: {path} is not there"
-    return None
+    missing = [path for path in (system.model, system.feature) if path is not None and model_dir(path, cache) is None]
+    return f"{system.absent}: {missing[0]} is not there" if missing else None
 
 
 Scorer = Callable[[Any, Any], Any]  # (lattice, options) -> ScoredLattice
@@ -188,7 +181,6 @@ class Loaded:
     base: Any
     score: Scorer
     features: dict[str, Any]
-    unk_default: float
     seconds: float
 
 
@@ -221,35 +213,25 @@ def load_system(system: System, cache: Path = CACHE) -> Loaded:
     def nbest_of(lattice: Any) -> Any:  # the n best under the lattice's own first pass (header scales)
         return first_pass_nbest(lattice, system.n, *base.scales_for(lattice), base.skip_words)
 
-    if system.kind == "lattice":
-        def score(lattice: Any, options: Any) -> Any:
-            return score_for_options(lattice, model.scorer, options, features=features)
-    elif system.kind == "nbest":
-        def score(lattice: Any, options: Any) -> Any:
-            return score_for_options(nbest_lattice(nbest_of(lattice), lattice), model.scorer, options)
-    elif system.kind == "nbest-rnn":
-        def score(lattice: Any, options: Any) -> Any:
-            return nbest_scored(nbest_of(lattice), lattice, rnn, options)
-    elif system.kind == "kaldi":
-        def score(lattice: Any, options: Any) -> Any:
-            return kaldi_style_scored(lattice, rnn, KALDI_HISTORY, options)
-    else:
+    scorers: dict[str, Scorer] = {
+        "lattice": lambda lattice, options: score_for_options(lattice, model.scorer, options, features=features),
+        "nbest": lambda lattice, options: score_for_options(nbest_lattice(nbest_of(lattice), lattice), model.scorer,
+                                                            options),
+        "nbest-rnn": lambda lattice, options: nbest_scored(nbest_of(lattice), lattice, rnn, options),
+        "kaldi": lambda lattice, options: kaldi_style_scored(lattice, rnn, KALDI_HISTORY, options)}
+    if system.kind not in scorers:
         raise ValueError(f"{system.name}: unknown kind {system.kind!r}")
-    return Loaded(base, score, features, unk, time.perf_counter() - tick)
+    return Loaded(base, scorers[system.kind], features, time.perf_counter() - tick)
 
 
 # ------------------------------------------------------------------------------------- one row
-def _errors(data: dict[str, Any], hyps: Sequence[Sequence[str]]) -> list[int]:
+def _applied(data: dict[str, Any], words: list[list[str]], seconds: list[float] | None) -> dict[str, Any]:
+    """A set's WER of ``words`` (one hypothesis per utterance), and per utterance its errors."""
     from afp.wer import word_errors
 
-    refs = [data["refs"][u["key"]] for u in data["utterances"]]
-    return [word_errors(r, list(h), data["ignore_case"]).errors for r, h in zip(refs, hyps)]
-
-
-def _applied(data: dict[str, Any], words: list[list[str]], seconds: list[float] | None) -> dict[str, Any]:
     keys = [u["key"] for u in data["utterances"]]
     ref_words = [len(data["refs"][k]) for k in keys]
-    errors = _errors(data, words)
+    errors = [word_errors(data["refs"][k], list(w), data["ignore_case"]).errors for k, w in zip(keys, words)]
     out: dict[str, Any] = {"utterances": len(keys), "ref_words": sum(ref_words), "errors": sum(errors),
                            "wer": 100.0 * sum(errors) / sum(ref_words)}
     if seconds is not None:
@@ -273,7 +255,7 @@ def scored_set(loaded: Loaded, data: dict[str, Any], lattices: list[Any]) -> tup
 
 
 def run_row(system: System, loaded: Loaded | None, tune: dict[str, Any], test: dict[str, Any],
-            lattices: dict[str, list[Any]], tuners: dict[str, tuple[Any, float]], restarts: int, folds: int,
+            lattices: Callable[[str], list[Any]], tuners: dict[str, tuple[Any, float]], restarts: int, folds: int,
             seed: int = 0) -> dict[str, Any]:
     """Tune ``system`` on ``tune``, apply it to ``test`` (:mod:`afp.transfer`, each test lattice
     scored again with the weights applied, as ``afp rescore --weights`` does): the row of the table.
@@ -286,12 +268,12 @@ def run_row(system: System, loaded: Loaded | None, tune: dict[str, Any], test: d
         return {**row, **_applied(test, [test["hyps"].get(u["key"], []) for u in test["utterances"]], None)}
     for data in (tune, test):
         if data["name"] not in tuners:
-            tuners[data["name"]] = scored_set(loaded, data, lattices[data["name"]])
+            tuners[data["name"]] = scored_set(loaded, data, lattices(data["name"]))
     tuner, scoring_seconds = tuners[tune["name"]]
     tick = time.perf_counter()
     tuned = tune_weights(tuner, restarts=restarts, folds=folds, seed=seed, baseline=tune["hyps"], apply_best=True)
     tune_seconds = scoring_seconds + time.perf_counter() - tick
-    decoded = apply_weights(tuners[test["name"]][0], tuned.point, inputs=lattices[test["name"]], score=loaded.score)
+    decoded = apply_weights(tuners[test["name"]][0], tuned.point, inputs=lattices(test["name"]), score=loaded.score)
     applied = _applied(test, [list(w) for w in decoded.words], list(decoded.seconds or ()))
     summary = {k: tuned.report[k] for k in ("first_pass_wer", "start", "best", "cross_validated", "baseline",
                                             "chosen", "at_edge", "line_searches") if k in tuned.report}
@@ -307,11 +289,8 @@ def compare_rows(table: dict[str, Any], seed: int = 0) -> None:
     matched-pairs test and bootstrap (the row's WER minus the other's)."""
     rows = table["rows"]
     for row in rows.values():
-        row["against"] = {}
-        for other in (DECODER, REFERENCE):
-            found = _compared(rows, row, other, seed) if other != row["system"] else None
-            if found is not None:
-                row["against"][other] = found
+        found = {other: _compared(rows, row, other, seed) for other in (DECODER, REFERENCE) if other != row["system"]}
+        row["against"] = {other: compared for other, compared in found.items() if compared is not None}
     table["pairs"] = [{"system": name, "against": other, "applied_to": row["applied_to"], **found}
                       for name, other in PAIRS for row in rows.values() if row["system"] == name
                       for found in [_compared(rows, row, other, seed)] if found is not None]
@@ -332,85 +311,57 @@ def _compared(rows: dict[str, Any], row: dict[str, Any], other: str, seed: int) 
 
 
 # ------------------------------------------------------------------------------------- the table
-def load_set(name: str, limit: int | None, sets: Path = SETS_DIR) -> dict[str, Any]:
-    """A set's lattice paths, references, decoder 1-best and audio/decoding seconds (first ``limit``)."""
-    from afp.wer import read_hypotheses, read_references
-
-    root = Path(sets) / name
-    info = json.loads((root / "set.json").read_text())
-    utts = info["utterances"][:limit] if limit else info["utterances"]
-    return {"name": name, "root": root, "utterances": utts, "refs": read_references(root / "ref.trn"),
-            "hyps": read_hypotheses(root / "hyp.trn"), "synthetic": info.get("synthetic", True),
-            "paths": [root / "lattices" / f"{u['key']}.slf" for u in utts]}
-
-
 def _read_sets(sets_dir: Path, limit: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from afp.wer import case_differs
+    """Each set's first ``limit`` utterances (``set.json``), their lattice paths, references and the
+    decoder's 1-best; and what the table says of the sets."""
+    from afp.wer import case_differs, read_hypotheses, read_references
 
     sets, info = {}, {}
     for name in SETS:
-        data = load_set(name, limit, sets_dir)
-        keys = [u["key"] for u in data["utterances"]]
-        missing = [k for k in keys if k not in data["refs"]]
+        root = sets_dir / name
+        meta = json.loads((root / "set.json").read_text())
+        utts = meta["utterances"][:limit] if limit else meta["utterances"]
+        keys = [u["key"] for u in utts]
+        refs, hyps = read_references(root / "ref.trn"), read_hypotheses(root / "hyp.trn")
+        missing = [k for k in keys if k not in refs]
         if missing:
-            raise SystemExit(f"{sets_dir / name}: no reference for {len(missing)} utterance(s), e.g. {missing[0]}")
-        data["ignore_case"] = case_differs([data["refs"][k] for k in keys], [data["hyps"].get(k, []) for k in keys])
-        sets[name] = data
-        info[name] = {"dir": str(sets_dir / name), "utterances": len(keys),
-                      "ref_words": sum(len(data["refs"][k]) for k in keys),
-                      "audio_seconds": sum(u.get("audio_seconds", 0.0) for u in data["utterances"]),
-                      "synthetic": data["synthetic"]}
+            raise SystemExit(f"{root}: no reference for {len(missing)} utterance(s), e.g. {missing[0]}")
+        sets[name] = {"name": name, "utterances": utts, "refs": refs, "hyps": hyps,
+                      "ignore_case": case_differs([refs[k] for k in keys], [hyps.get(k, []) for k in keys]),
+                      "paths": [root / "lattices" / f"{k}.slf" for k in keys]}
+        info[name] = {"dir": str(root), "utterances": len(keys), "ref_words": sum(len(refs[k]) for k in keys),
+                      "audio_seconds": sum(u.get("audio_seconds", 0.0) for u in utts),
+                      "synthetic": meta.get("synthetic", True)}
     return sets, info
-
-
-class _Lattices(dict):
-    """The sets' lattices, read on first use (a resumed table with nothing left to do reads none)."""
-
-    def __init__(self, sets: dict[str, Any], info: dict[str, Any]) -> None:
-        super().__init__()
-        self.sets, self.info = sets, info
-
-    def __missing__(self, name: str) -> list[Any]:
-        from lattices.formats import read_lattice_file
-
-        tick = time.perf_counter()
-        paths = self.sets[name]["paths"]
-        lattices = [read_lattice_file(path)[0] for path in paths]
-        keys = [u["key"] for u in self.sets[name]["utterances"]]
-        assert [lattice.key for lattice in lattices] == keys, (name, [lattice.key for lattice in lattices][:3], keys[:3])
-        self.info[name]["read_seconds_per_utterance"] = (time.perf_counter() - tick) / max(len(paths), 1)
-        self[name] = lattices
-        return lattices
-
-
-def _shown(path: Path | None) -> str | None:
-    """A model path as the table shows it: relative to the checkout when inside it."""
-    if path is None:
-        return None
-    root = Path(__file__).resolve().parents[1]
-    return str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else str(path)
-
-
-def _fresh(command: str, limit: int | None, info: dict[str, Any], restarts: int, folds: int) -> dict[str, Any]:
-    return {"command": command, "audio": AUDIO, "limit": limit, "sets": info, "environment": environment(),
-            "tuning": {"search": "afp.tune.joint_tune", "restarts": restarts, "folds": folds,
-                       "baseline": "the decoder's hyp.trn"},
-            "reference": REFERENCE, "kaldi_history": KALDI_HISTORY, "systems": {}, "unavailable": {}, "rows": {}}
 
 
 def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR, limit: int | None = 200,
                 redo: bool = False, restarts: int = 1, folds: int = 1, command: str = "",
-                cache: Path = CACHE, plot_path: Path | None = None) -> dict[str, Any]:
+                cache: Path = CACHE) -> dict[str, Any]:
     """Compute every missing (system, direction) row, writing ``out`` after each; returns the table."""
+    from lattices.formats import read_lattice_file
+
     torch.set_num_threads(1)
     sets, info = _read_sets(sets_dir, limit)
-    lattices = _Lattices(sets, info)
+
+    @functools.cache
+    def lattices(name: str) -> list[Any]:  # a set's lattices, read on first use (a resumed table may read none)
+        tick = time.perf_counter()
+        read = [read_lattice_file(path)[0] for path in sets[name]["paths"]]
+        keys = [u["key"] for u in sets[name]["utterances"]]
+        assert [lattice.key for lattice in read] == keys, (name, [lattice.key for lattice in read][:3], keys[:3])
+        info[name]["read_seconds_per_utterance"] = (time.perf_counter() - tick) / max(len(read), 1)
+        return read
+
     table = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     if table is not None and (table.get("limit") != limit or list(table.get("sets", {})) != list(SETS)) and not redo:
         raise SystemExit(f"{out} holds a table of --limit {table.get('limit')}: give --redo to start afresh, or "
                          "another --out")
     if table is None or (redo and table.get("limit") != limit):
-        table = _fresh(command, limit, info, restarts, folds)
+        table = {"command": command, "audio": AUDIO, "limit": limit, "sets": info, "environment": environment(),
+                 "tuning": {"search": "afp.tune.joint_tune", "restarts": restarts, "folds": folds,
+                            "baseline": "the decoder's hyp.trn"},
+                 "reference": REFERENCE, "kaldi_history": KALDI_HISTORY, "systems": {}, "unavailable": {}, "rows": {}}
         with _locked(out):
             write_json(out, table)
     for name, known in table.get("sets", {}).items():  # keep the reading time of an earlier run
@@ -424,8 +375,9 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
     for system in systems:
         mine.append(system.name)
         table["systems"][system.name] = {"label": system.label, "kind": system.kind, "how": system.how,
-                                         "model": _shown(system.model), "n": system.n,
-                                         "feature": _shown(system.feature), "command": command}
+                                         "model": shown(system.model) if system.model else None, "n": system.n,
+                                         "feature": shown(system.feature) if system.feature else None,
+                                         "command": command}
         reason = unavailable(system, cache)
         if reason is not None:
             table["unavailable"][system.name] = reason
@@ -447,7 +399,7 @@ def build_table(systems: Sequence[System], out: Path, sets_dir: Path = SETS_DIR,
                      if "rescore_seconds" in row else ""), flush=True)
     table = _merge(out, table, mine)
     with _locked(out):
-        plot(table, plot_path or out.with_suffix(".png"))
+        plot(table, out.with_suffix(".png"))
     return table
 
 
@@ -456,12 +408,9 @@ def _locked(out: Path) -> Any:
     """An exclusive lock on ``out``'s lock file while the block runs: several processes may
     compute rows of one table at once (``--systems A`` beside ``--systems B``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_name(out.name + ".lock"), "w") as handle:
+    with open(out.with_name(out.name + ".lock"), "w") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def _merge(out: Path, table: dict[str, Any], mine: Sequence[str]) -> dict[str, Any]:
@@ -500,14 +449,11 @@ def plot(table: dict[str, Any], path: Path) -> None:
         left.bar(xs, [r["wer"] if r else 0.0 for r in found], width, label=f"applied to {applied}")
         seconds = [r.get("rescore_seconds_per_utterance") if r else None for r in found]
         right.bar([x for x, s in zip(xs, seconds) if s], [s for s in seconds if s], width, label=f"on {applied}")
-    left.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
-    left.set_ylabel("WER (%)")
-    left.set_title(f"PocketSphinx lattices (synthetic audio), {table['limit']} utterances per set")
-    left.legend(fontsize=7)
-    right.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
-    right.set_yscale("log")
-    right.set_ylabel("rescoring seconds per utterance (1 CPU thread)")
-    right.legend(fontsize=7)
+    left.set(ylabel="WER (%)", title=f"PocketSphinx lattices (synthetic audio), {table['limit']} utterances per set")
+    right.set(yscale="log", ylabel="rescoring seconds per utterance (1 CPU thread)")
+    for ax in (left, right):
+        ax.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=7)
+        ax.legend(fontsize=7)
     save_figure(fig, path)
 
 
@@ -522,10 +468,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets-dir", type=Path, default=SETS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    if args.systems:
-        systems = [s for s in systems if s.name in args.systems]
-    command = "python -m bench.pocketsphinx_wer_table " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
-    build_table(systems, args.out, args.sets_dir, args.limit, args.redo, args.restarts, args.folds, command.strip())
+    systems = [s for s in systems if not args.systems or s.name in args.systems]
+    build_table(systems, args.out, args.sets_dir, args.limit, args.redo, args.restarts, args.folds,
+                command_line("bench.pocketsphinx_wer_table", argv))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 

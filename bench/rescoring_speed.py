@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from bench.common import RESULTS, SHARED_DATA, ami_lattice_files, environment, pyplot, save_figure, trained, write_json
+from bench.common import RESULTS, SHARED_DATA, ami_lattice_files, environment, pyplot, read_metrics, save_figure, \
+    trained, write_json
 
 MODEL_FIELDS = {"cell": "elman", "hidden": 128, "dropout": 0.3}
 TRAIN_OPTIONS = {"batch_size": 20, "lr": 1e-3, "lr_decay": 0.5, "clip": 1.0, "init_range": 0.05, "seed": 1,
@@ -46,20 +47,17 @@ MODEL_DIR = RESULTS / "rescoring" / "models"
 
 def ensure_model(name: str, fields: dict[str, Any], device: str) -> Path:
     """Train ``name`` on conversational text unless a finished run with its weights is there."""
-    import json
-
     from lm.config import ModelConfig, TrainConfig
     from lm.train import train
 
     run = MODEL_DIR / name
-    metrics = run / "metrics.jsonl"
     if not trained(run, TRAIN_OPTIONS["epochs"]):  # a fresh clone has the metrics, not the weights
         print(f"training {name} {fields}", flush=True)
         data = SHARED_DATA / "conversational-text"
         cfg = TrainConfig(train=str(data / "train.txt"), valid=str(data / "valid.txt"), device=device, **TRAIN_OPTIONS)
         train(ModelConfig(**MODEL_FIELDS, **fields), cfg, run, resume=True, progress=False,
               record={"command": "python -m bench.rescoring_speed", "model": name})
-    best = min(json.loads(x)["valid_ppl"] for x in metrics.read_text().splitlines())
+    best = min(m["valid_ppl"] for m in read_metrics(run))
     print(f"{name}: valid ppl {best:.2f}", flush=True)
     return run
 

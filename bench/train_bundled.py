@@ -23,8 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, environment, read_metrics, cast_weights, \
-    trained, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, ami_lattice_files, cast_weights, environment, read_metrics, \
+    trained, write_json, write_text
 
 #: largest relative change of validation perplexity that bfloat16 storage may cause
 BF16_TOLERANCE = 1e-3
@@ -109,19 +109,21 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _sources(value: Path | list[Path]) -> list[Path]:
+def _sources(preset: str, part: str) -> list[Path]:
+    """The preset's ``train``/``valid`` files."""
+    value = PRESETS[preset][part]
     return list(value) if isinstance(value, list) else [value]
 
 
-def _shared_name(path: Path) -> str:
-    """``data/books/train.txt`` for a file of ``../shared/data``."""
-    return str(Path(path).relative_to(SHARED_DATA.parent))
+def _shared_names(preset: str, part: str) -> list[str]:
+    """The preset's ``train``/``valid`` files as ``data/books/train.txt`` (under ``../shared``)."""
+    return [str(Path(path).relative_to(SHARED_DATA.parent)) for path in _sources(preset, part)]
 
 
 def corpus_file(preset: str, part: str, runs: Path) -> Path:
     """The preset's ``train``/``valid`` text as one file: the shared file itself, or the
     concatenation of several (written once under ``runs``)."""
-    sources = _sources(PRESETS[preset][part])
+    sources = _sources(preset, part)
     for source in sources:
         if not Path(source).is_file():
             raise SystemExit(f"{source} is missing: this needs ../shared/data")
@@ -129,13 +131,8 @@ def corpus_file(preset: str, part: str, runs: Path) -> Path:
         return sources[0]
     target = runs / preset / "data" / f"{part}.txt"
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as out:
-            for source in sources:
-                text = Path(source).read_text(encoding="utf-8")
-                out.write(text if text.endswith("\n") else text + "\n")
-        tmp.replace(target)
+        texts = [Path(source).read_text(encoding="utf-8") for source in sources]
+        write_text(target, "".join(text if text.endswith("\n") else text + "\n" for text in texts))
     return target
 
 
@@ -143,8 +140,7 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
                   table: dict[str, Any], stored: dict[str, Any]) -> str:
     spec = PRESETS[preset]
     best = min(metrics, key=lambda m: m["valid_ppl"])
-    data = ", ".join(f"`{_shared_name(p)}`" for p in _sources(spec["train"]))
-    valid = ", ".join(f"`{_shared_name(p)}`" for p in _sources(spec["valid"]))
+    data, valid = (", ".join(f"`{name}`" for name in _shared_names(preset, part)) for part in ("train", "valid"))
     lines = [
         f"# Bundled model `{preset}`", "",
         f"Chosen candidate: `{name}` ({json.dumps(fields)}).", "",
@@ -173,8 +169,8 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
                      f"{row['seconds_per_epoch']:.0f} | {cost.get('expanded_arcs', '-')} | "
                      f"{cost.get('unique_contexts', '-')} | "
                      f"{format(cost['seconds'], '.2f') if cost else '-'} |")
-    if any(row.get("rescoring_cost") for row in table.values()):
-        first = next(row["rescoring_cost"] for row in table.values() if row.get("rescoring_cost"))
+    first = next((row["rescoring_cost"] for row in table.values() if row.get("rescoring_cost")), None)
+    if first:
         lines += ["", f"Rescoring cost: exact rescoring of the {first['lattices']} real AMI lattices of "
                       "`../shared/data/lattices` (HTK and Kaldi), summed; seconds on the training machine (CPU), "
                       "comparable within this table only."]
@@ -184,8 +180,8 @@ def training_note(preset: str, name: str, fields: dict[str, Any], options: dict[
 def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], table: dict[str, Any],
             valid_file: Path) -> Path:
     """Copy the winner to ``models/<preset>/`` (its ``afp/`` part when that is a bundled mixture;
-    bfloat16 weights where the preset says so), measure
-    its validation perplexity as stored, and write ``TRAINING.md``."""
+    bfloat16 weights where the preset says so), measure its validation perplexity as stored, and
+    write ``TRAINING.md``."""
     from lm.checkpoint import load_checkpoint
     from lm.corpus import encode, load_corpus
     from lm.evaluate import score_corpus
@@ -196,32 +192,31 @@ def install(preset: str, winner: str, run_dir: Path, options: dict[str, Any], ta
         target = target / "afp"
         print(f"models/{preset} is a mixture: installing its AFP part {target}; run python -m bench.bundle_mixtures "
               f"{preset} to re-estimate the weights")
-    target.mkdir(parents=True, exist_ok=True)
-    dtype = spec.get("store_dtype", "float32")
-    if dtype == "bfloat16":
-        cast_weights(run_dir / "model.safetensors", target / "model.safetensors")
-    else:
-        shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    loaded = load_checkpoint(target)
-    score = score_corpus(loaded.model, encode(load_corpus(valid_file), loaded.vocab))
-    change = abs(score.ppl / config["training"]["best_valid_ppl"] - 1.0)
+    write_json(target / "config.json", config)
+
+    def store(dtype: str) -> tuple[Any, float]:  # the weights as dtype; their validation score, relative change
+        if dtype == "bfloat16":
+            cast_weights(run_dir / "model.safetensors", target / "model.safetensors")
+        else:
+            shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
+        loaded = load_checkpoint(target)
+        score = score_corpus(loaded.model, encode(load_corpus(valid_file), loaded.vocab))
+        return score, abs(score.ppl / config["training"]["best_valid_ppl"] - 1.0)
+
+    dtype = spec.get("store_dtype", "float32")
+    score, change = store(dtype)
     if dtype == "bfloat16" and change > BF16_TOLERANCE:  # the issue's bound: keep float32 weights instead
         print(f"bfloat16 weights change the validation perplexity by {change:.2e}: storing float32")
-        shutil.copy2(run_dir / "model.safetensors", target / "model.safetensors")
-        dtype, loaded = "float32", load_checkpoint(target)
-        score = score_corpus(loaded.model, encode(load_corpus(valid_file), loaded.vocab))
-        change = abs(score.ppl / config["training"]["best_valid_ppl"] - 1.0)
+        dtype, (score, change) = "float32", store("float32")
     stored = {"dtype": dtype, "valid_ppl": score.ppl, "tokens": score.tokens, "oov": score.oov,
               "relative_ppl_change": change}
     training = config["training"]
     training.update({"trained_valid_ppl": training["best_valid_ppl"], "best_valid_ppl": score.ppl,
                      "stored_dtype": dtype, "stored_relative_ppl_change": change,
                      "data_licence": spec.get("licence"),
-                     "train_sources": [_shared_name(p) for p in _sources(spec["train"])],
-                     "valid_sources": [_shared_name(p) for p in _sources(spec["valid"])]})
-    (target / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+                     "train_sources": _shared_names(preset, "train"), "valid_sources": _shared_names(preset, "valid")})
+    write_json(target / "config.json", config)
     metrics = read_metrics(run_dir)
     (target / "TRAINING.md").write_text(training_note(preset, winner, spec["candidates"][winner], options,
                                                       metrics, table, stored), encoding="utf-8")
@@ -250,15 +245,14 @@ def rescoring_cost(run_dir: Path, repeats: int = 3) -> dict[str, Any] | None:
     loaded = load_checkpoint(run_dir)
     scorer, options = LMScorer(loaded), build_options({}, unk_default=loaded.default_unk_penalty)
 
-    def once() -> tuple[float, list[dict[str, Any]]]:
+    def seconds() -> float:
         started = time.perf_counter()
-        stats = [rescore(lat, scorer, options)[0].stats for lat in lattices]
-        return time.perf_counter() - started, stats
+        for lat in lattices:
+            rescore(lat, scorer, options)
+        return time.perf_counter() - started
 
-    once()
-    runs = [once() for _ in range(repeats)]
-    stats = runs[0][1]
-    return {"lattices": len(lattices), "seconds": statistics.median(t for t, _ in runs),
+    stats = [rescore(lat, scorer, options)[0].stats for lat in lattices]  # the warm-up; the counts
+    return {"lattices": len(lattices), "seconds": statistics.median(seconds() for _ in range(repeats)),
             "expanded_arcs": sum(s["expanded_arcs"] for s in stats),
             "unique_contexts": sum(s["unique_contexts"] for s in stats)}
 

@@ -10,9 +10,9 @@ Training. For every mode (exact BPTT; AFP-rho, FPI, ``--rho`` 4) x softmax (full
 :func:`lm.config.default_cutoffs`) x V (``--vocab-sizes``), a GRU LM (``--hidden`` 256) trains
 with :func:`lm.train.train_step` (forward, backward, clipping, Adam) on the same fixed sample of
 ``--batches`` batches of ``--batch-size`` rows x ``--bptt`` tokens. The configurations take turns,
-round after round (:func:`time_round`), so that machine noise hits them alike;
-tokens/s is that of the median round, and each configuration is also given as a ratio to the
-(exact, full) configuration of the same V (above 1: faster).
+round after round (:func:`measure`), so that machine noise hits them alike; tokens/s is that of the
+median round, and each configuration is also given as a ratio to the (exact, full) configuration of
+the same V (above 1: faster).
 
 Scoring. An AFP-rho GRU at V = ``--score-vocab-size`` (200k) with a full and with an adaptive
 softmax scores ``--contexts`` random contexts of rho tokens, ``--targets-per-context`` next tokens
@@ -32,7 +32,7 @@ them.
 
 Memory. Each configuration is built, warmed up and timed in a process of its own (started from
 a ``forkserver`` that has imported torch, so starting one costs a fork, not an import), which
-the parent drives over a pipe one round at a time, so the turn-taking is kept. Its peak is its
+the parent drives one round at a time (a one-process pool), so the turn-taking is kept. Its peak is its
 own: ``ru_maxrss`` (peak resident memory, MiB; ``start_rss_mib`` is what the process held before
 building anything: torch itself) and, on CUDA, ``torch.cuda.max_memory_allocated``. With
 ``--in-process`` (and in tests) everything runs in this process and no memory is reported: a
@@ -60,22 +60,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import multiprocessing
 import resource
 import statistics
-import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from bench.common import RESULTS, environment, pyplot, save_figure, write_json
+from bench.common import RESULTS, command_line, environment, pyplot, save_figure, write_json
 
 ZIPF_EXPONENT = 1.0
 VOCAB_SIZES = (10_000, 33_278, 200_000)
@@ -117,8 +116,7 @@ class ThroughputConfig:
 
     def __post_init__(self) -> None:
         for name, allowed in (("modes", MODES), ("softmaxes", SOFTMAXES)):
-            bad = set(getattr(self, name)) - set(allowed)
-            if bad or not getattr(self, name):
+            if not getattr(self, name) or not set(getattr(self, name)) <= set(allowed):
                 raise ValueError(f"{name}: must be a non-empty selection of {allowed}, got {getattr(self, name)}")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision: must be fp32 or bf16, got {self.precision!r}")
@@ -132,20 +130,14 @@ QUICK = {"vocab_sizes": (100, 300, 1000), "hidden": 16, "batch_size": 4, "bptt":
          "score_vocab_size": 1000, "contexts": 64, "targets_per_context": 4}
 
 
-def sync(device: torch.device) -> None:
+def _timed(run: Callable[[], object], device: torch.device) -> float:
+    """Seconds of ``run()``, the device's queued work included."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def time_round(model: Any, optimizer: Any, sample: Sequence[Any], precision: str, device: torch.device) -> float:
-    """Seconds of one :func:`lm.train.train_step` per batch of ``sample`` (clipping at 1)."""
-    from lm.train import train_step
-
-    sync(device)
     started = time.perf_counter()
-    for batch in sample:
-        train_step(model, optimizer, batch, False, clip=1.0, precision=precision)
-    sync(device)
+    run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - started
 
 
@@ -166,12 +158,16 @@ def zipf_batches(vocab_size: int, batches: int, batch_size: int, bptt: int, seed
     return [Batch(r[:, :-1].contiguous(), r[:, 1:].contiguous(), lengths) for r in rows]
 
 
-def model_config(vocab_size: int, mode: str, softmax: str, hidden: int, rho: int) -> Any:
-    """The benchmark's GRU LM as a :class:`lm.config.ModelConfig`."""
+def _model(vocab_size: int, mode: str, softmax: str, hidden: int, rho: int, device: torch.device) -> Any:
+    """The benchmark's GRU LM (:class:`lm.config.ModelConfig`), seeded, initialised, on ``device``."""
     from lm.config import ModelConfig
+    from lm.model import build_model
 
-    return ModelConfig(vocab_size=vocab_size, cell="gru", hidden=hidden, mode=mode,
-                       rho=rho if mode == "afp" else None, softmax=softmax)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=vocab_size, cell="gru", hidden=hidden, mode=mode,
+                                    rho=rho if mode == "afp" else None, softmax=softmax))
+    model.reset_parameters(0.05)
+    return model.to(device)
 
 
 def _mode_name(mode: str, rho: int) -> str:
@@ -215,18 +211,19 @@ class TrainSetup:
         return self.batches * self.batch_size * self.bptt
 
     def prepare(self, device: torch.device) -> Callable[[], float]:
-        from lm.model import build_model
-        from lm.train import make_optimizer
+        from lm.train import make_optimizer, train_step
 
         sample = [b.to(device) for b in zipf_batches(self.vocab_size, self.batches, self.batch_size, self.bptt,
                                                      seed=self.vocab_size)]
-        torch.manual_seed(0)
-        model = build_model(model_config(self.vocab_size, self.mode, self.softmax, self.hidden, self.rho))
-        model.reset_parameters(0.05)
-        model.to(device).train()
+        model = _model(self.vocab_size, self.mode, self.softmax, self.hidden, self.rho, device).train()
         optimizer = make_optimizer(model, 1e-3)
-        time_round(model, optimizer, sample[:2], self.precision, device)  # warm-up
-        return lambda: time_round(model, optimizer, sample, self.precision, device)
+
+        def run(batches: Sequence[Any] = sample) -> float:  # one train_step per batch, clipping at 1
+            return _timed(lambda: [train_step(model, optimizer, b, False, clip=1.0, precision=self.precision)
+                                   for b in batches], device)
+
+        run(sample[:2])  # warm-up
+        return run
 
 
 @dataclass(frozen=True)
@@ -251,27 +248,15 @@ class ScoreSetup:
         return self.contexts
 
     def prepare(self, device: torch.device) -> Callable[[], float]:
-        from lm.model import build_model
-
         generator = torch.Generator().manual_seed(self.vocab_size)
-        contexts = zipf_ids(self.vocab_size, self.contexts * self.rho, generator).view(self.contexts, self.rho)
-        lengths = torch.full((self.contexts,), self.rho, dtype=torch.long)
-        targets = zipf_ids(self.vocab_size, self.contexts * self.targets_per_context, generator)
-        target_context = torch.arange(self.contexts).repeat_interleave(self.targets_per_context)
-        contexts, lengths, targets, target_context = (t.to(device) for t in (contexts, lengths, targets,
-                                                                              target_context))
-        torch.manual_seed(0)
-        model = build_model(model_config(self.vocab_size, "afp", self.softmax, self.hidden, self.rho))
-        model.reset_parameters(0.05)
-        model.to(device).eval()
+        contexts = zipf_ids(self.vocab_size, self.contexts * self.rho, generator).view(self.contexts, self.rho).to(device)
+        lengths = torch.full((self.contexts,), self.rho, dtype=torch.long, device=device)
+        targets = zipf_ids(self.vocab_size, self.contexts * self.targets_per_context, generator).to(device)
+        target_context = torch.arange(self.contexts, device=device).repeat_interleave(self.targets_per_context)
+        model = _model(self.vocab_size, "afp", self.softmax, self.hidden, self.rho, device).eval()
 
-        def run() -> float:
-            sync(device)
-            started = time.perf_counter()
-            model.score_contexts(contexts, lengths, targets, target_context)
-            sync(device)
-            return time.perf_counter() - started
-
+        run = functools.partial(_timed, lambda: model.score_contexts(contexts, lengths, targets, target_context),
+                                device)
         run()  # warm-up
         return run
 
@@ -280,34 +265,35 @@ def _max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _serve(setup: Setup, device_name: str, threads: int, conn: Connection) -> None:
-    """(Runs in a worker process.) Prepare ``setup``, then answer ``"round"`` with a round's
-    seconds until ``"stop"``, which is answered with the process's peak memory. Every answer is
-    ``("ok", value)``, or ``("error", traceback)`` once, after which the worker ends."""
-    try:
-        torch.set_num_threads(threads)
-        device = torch.device(device_name)
-        memory = {"start_rss_mib": _max_rss_mib()}
-        run = setup.prepare(device)
-        conn.send(("ok", None))
-        while conn.recv() == "round":
-            conn.send(("ok", run()))
-        memory["peak_rss_mib"] = _max_rss_mib()
-        if device.type == "cuda":
-            memory["peak_cuda_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-        conn.send(("ok", memory))
-    except BaseException:  # reported to the parent, which raises it
-        conn.send(("error", traceback.format_exc()))
+#: in a worker process: its configuration's round function, device and memory
+_PREPARED: dict[str, Any] = {}
+
+
+def _prepare(setup: Setup, device_name: str, threads: int) -> None:
+    """(In a worker process.) Build ``setup`` on the device, noting the memory held before."""
+    torch.set_num_threads(threads)
+    _PREPARED.update(memory={"start_rss_mib": _max_rss_mib()}, device=torch.device(device_name))
+    _PREPARED["run"] = setup.prepare(_PREPARED["device"])
+
+
+def _round() -> float:
+    return _PREPARED["run"]()
+
+
+def _peak_memory() -> dict[str, float]:
+    """(In a worker process.) Its memory before preparing and its peaks (MiB)."""
+    memory, device = _PREPARED["memory"], _PREPARED["device"]
+    memory["peak_rss_mib"] = _max_rss_mib()
+    if device.type == "cuda":
+        memory["peak_cuda_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return memory
 
 
 class InProcess:
     """A configuration prepared and timed in this process; no memory of its own to report."""
 
     def __init__(self, setup: Setup, device: torch.device) -> None:
-        self._run = setup.prepare(device)
-
-    def round(self) -> float:
-        return self._run()
+        self.round = setup.prepare(device)
 
     def close(self) -> dict[str, float]:
         return {}
@@ -317,60 +303,40 @@ class InProcess:
 
 
 class Worker:
-    """A configuration prepared and timed in a worker process (:func:`_serve`), round by round."""
+    """A configuration prepared and timed in a process of its own, driven round by round (an error
+    there is raised here)."""
 
     def __init__(self, setup: Setup, device: torch.device, threads: int,
                  context: multiprocessing.context.BaseContext) -> None:
-        self.name = setup.name
-        self._conn, theirs = context.Pipe()
-        self._process = context.Process(target=_serve, args=(setup, str(device), threads, theirs), daemon=True)
-        self._process.start()
-        theirs.close()
-        self._receive()  # prepared
-
-    def _receive(self) -> Any:
+        self._pool = ProcessPoolExecutor(1, mp_context=context)
         try:
-            status, value = self._conn.recv()
-        except EOFError:
-            self._process.join()
-            raise RuntimeError(f"{self.name}: the worker ended (exit code {self._process.exitcode})") from None
-        if status == "error":
-            self._process.join()  # it ends after reporting
-            raise RuntimeError(f"{self.name} failed in its worker:\n{value}")
-        return value
+            self._pool.submit(_prepare, setup, str(device), threads).result()
+        except BaseException:
+            self.terminate()
+            raise
 
     def round(self) -> float:
-        self._conn.send("round")
-        return self._receive()
+        return self._pool.submit(_round).result()
 
     def close(self) -> dict[str, float]:
-        """Stop the worker; its peak memory (MiB)."""
-        self._conn.send("stop")
-        memory = self._receive()
-        self._process.join()
+        """Stop the worker; its memory (:func:`_peak_memory`)."""
+        memory = self._pool.submit(_peak_memory).result()
+        self._pool.shutdown()
         return memory
 
     def terminate(self) -> None:
-        """Kill the worker if it still runs (after an error elsewhere)."""
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """A forkserver that has imported torch and the model: a worker starts with a fork, and has
-    not inherited any threads or CUDA state from this process."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "lm.model", "lm.train"])
-    return context
+        """Let the worker go (after an error elsewhere)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def measure(setups: Sequence[Setup], rounds: int, device: torch.device, threads: int, isolate: bool,
             rate_key: str, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Time ``setups`` taking turns, ``rounds`` rounds; per setup, in order: ``round_seconds``,
     ``median_round_seconds``, ``rate_key`` (units per second in the median round) and, when
-    ``isolate``, the memory of its worker (:func:`_serve`)."""
-    context = _worker_context() if isolate else None
+    ``isolate``, the memory of its worker (:func:`_peak_memory`)."""
+    context = multiprocessing.get_context("forkserver") if isolate else None  # no threads or CUDA state of this one
+    if context:
+        context.set_forkserver_preload(["torch", "lm.model", "lm.train"])  # a worker starts with a fork
     runners: list[InProcess | Worker] = []
     try:
         for setup in setups:
@@ -386,12 +352,10 @@ def measure(setups: Sequence[Setup], rounds: int, device: torch.device, threads:
     finally:
         for runner in runners:
             runner.terminate()
-    rows = []
-    for setup, seconds, memory in zip(setups, times, memories, strict=True):
-        median = statistics.median(seconds)
-        rows.append({"round_seconds": seconds, "median_round_seconds": median, rate_key: setup.units / median,
-                     **{k: round(v, 1) for k, v in memory.items()}})
-    return rows
+    medians = [statistics.median(seconds) for seconds in times]
+    return [{"round_seconds": seconds, "median_round_seconds": median, rate_key: setup.units / median,
+             **{k: round(v, 1) for k, v in memory.items()}}
+            for setup, seconds, median, memory in zip(setups, times, medians, memories, strict=True)]
 
 
 def train_setups(cfg: ThroughputConfig) -> list[TrainSetup]:
@@ -405,10 +369,6 @@ def score_setups(cfg: ThroughputConfig) -> list[ScoreSetup]:
             for softmax in cfg.softmaxes]
 
 
-def _ratio(row: dict[str, Any], reference: dict[str, Any] | None, key: str) -> float | None:
-    return row[key] / reference[key] if reference else None
-
-
 def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run both measurements; the JSON object of the module docstring (without ``command``)."""
     from lm.device import resolve_device
@@ -416,32 +376,30 @@ def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict
     device = resolve_device(cfg.device)
     threads = cfg.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    setups = train_setups(cfg)
-    train = [{"vocab_size": s.vocab_size, "mode": s.mode, "softmax": s.softmax, "name": s.name,
-              "tokens_per_round": s.units, **m}
-             for s, m in zip(setups, measure(setups, cfg.rounds, device, threads, cfg.isolate, "tokens_per_second",
-                                             log), strict=True)]
+
+    def rows(setups: Sequence[Any], rate_key: str, describe: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+        measured = measure(setups, cfg.rounds, device, threads, cfg.isolate, rate_key, log)
+        return [{**describe(s), **m} for s, m in zip(setups, measured, strict=True)]
+
+    train = rows(train_setups(cfg), "tokens_per_second", lambda s: {
+        "vocab_size": s.vocab_size, "mode": s.mode, "softmax": s.softmax, "name": s.name, "tokens_per_round": s.units})
     for row in train:
-        reference = next((r for r in train if r["vocab_size"] == row["vocab_size"] and r["mode"] == "exact"
-                          and r["softmax"] == "full"), None)
-        row["speedup_over_exact_full"] = _ratio(row, reference, "tokens_per_second")
+        ref = next((r for r in train if r["vocab_size"] == row["vocab_size"] and r["mode"] == "exact"
+                    and r["softmax"] == "full"), None)
+        row["speedup_over_exact_full"] = row["tokens_per_second"] / ref["tokens_per_second"] if ref else None
     result: dict[str, Any] = {
         "benchmark": "bench.train_throughput", "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-        "config": dataclasses.asdict(cfg),
-        "cell": "gru", "zipf_exponent": ZIPF_EXPONENT, "train": train, "score": None,
-    }
+        "config": dataclasses.asdict(cfg), "cell": "gru", "zipf_exponent": ZIPF_EXPONENT, "train": train, "score": None}
     if cfg.score_vocab_size:
-        setups_s = score_setups(cfg)
-        rows = [{"vocab_size": s.vocab_size, "softmax": s.softmax, "name": s.name, "contexts_per_round": s.units,
-                 "targets_per_round": s.units * s.targets_per_context, **m}
-                for s, m in zip(setups_s, measure(setups_s, cfg.rounds, device, threads, cfg.isolate,
-                                                  "contexts_per_second", log), strict=True)]
-        full = next((r for r in rows if r["softmax"] == "full"), None)
-        for row in rows:
-            row["speedup_over_full"] = _ratio(row, full, "contexts_per_second")
+        scored = rows(score_setups(cfg), "contexts_per_second", lambda s: {
+            "vocab_size": s.vocab_size, "softmax": s.softmax, "name": s.name, "contexts_per_round": s.units,
+            "targets_per_round": s.units * s.targets_per_context})
+        full = next((r for r in scored if r["softmax"] == "full"), None)
+        for row in scored:
+            row["speedup_over_full"] = row["contexts_per_second"] / full["contexts_per_second"] if full else None
         result["score"] = {"vocab_size": cfg.score_vocab_size, "rho": cfg.rho, "contexts": cfg.contexts,
-                           "targets_per_context": cfg.targets_per_context, "rows": rows}
+                           "targets_per_context": cfg.targets_per_context, "rows": scored}
     result["environment"] = environment()
     return result
 
@@ -451,8 +409,7 @@ MEMORY_LABELS = {"peak_cuda_mib": "peak CUDA memory (MiB)", "peak_rss_mib": "pea
 
 def _memory_key(result: dict[str, Any]) -> str | None:
     """The peak-memory field the rows carry: CUDA's when measured on a GPU, else RSS, else None."""
-    rows = result["train"]
-    return next((key for key in MEMORY_LABELS if rows and key in rows[0]), None)
+    return next((key for key in MEMORY_LABELS if result["train"] and key in result["train"][0]), None)
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -472,55 +429,43 @@ def plot(result: dict[str, Any], path: Path) -> None:
             ax.bar([x + i * width for x in range(len(vocab_sizes))], values, width,
                    label=f"{_mode_name(mode, result['config']['rho'])}, {softmax}")
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(vocab_sizes))], [f"V={v:,}" for v in vocab_sizes])
-        ax.set_yscale("log" if key == "tokens_per_second" else "linear")
-        ax.set_ylabel(label)
+        ax.set(yscale="log" if key == "tokens_per_second" else "linear", ylabel=label)
     axes[0].legend(fontsize=8)
     axes[0].set_title(f"GRU {result['config']['hidden']}, {result['device_name']}, {result['config']['precision']}")
-    ax = axes[-1]
     if result["score"]:
         rows = result["score"]["rows"]
-        bars = ax.bar([r["softmax"] for r in rows], [r["contexts_per_second"] for r in rows], color="C2")
-        ax.bar_label(bars, fmt="%.0f")
-        ax.set_ylabel("score_contexts contexts/s")
-        ax.set_title(f"AFP-{result['score']['rho']} scoring, V={result['score']['vocab_size']:,}")
+        axes[-1].bar_label(axes[-1].bar([r["softmax"] for r in rows], [r["contexts_per_second"] for r in rows],
+                                        color="C2"), fmt="%.0f")
+        axes[-1].set(ylabel="score_contexts contexts/s",
+                     title=f"AFP-{result['score']['rho']} scoring, V={result['score']['vocab_size']:,}")
     save_figure(fig, path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[ThroughputConfig, Path | None]:
+    """The configuration (every :class:`ThroughputConfig` field an option of the same name) and ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = ThroughputConfig()
-    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=list(defaults.vocab_sizes))
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    parser.add_argument("--softmax", nargs="+", choices=SOFTMAXES, default=list(SOFTMAXES))
-    parser.add_argument("--hidden", type=int, default=defaults.hidden)
-    parser.add_argument("--rho", type=int, default=defaults.rho)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--bptt", type=int, default=defaults.bptt, help="tokens per row")
-    parser.add_argument("--batches", type=int, default=defaults.batches, help="batches per round (a fixed sample)")
-    parser.add_argument("--rounds", type=int, default=defaults.rounds)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default=defaults.precision,
+    parser.set_defaults(**dataclasses.asdict(ThroughputConfig()))
+    parser.add_argument("--vocab-sizes", type=int, nargs="+")
+    parser.add_argument("--modes", nargs="+", choices=MODES)
+    parser.add_argument("--softmax", dest="softmaxes", nargs="+", choices=SOFTMAXES)
+    for name in ("hidden", "rho", "batch_size", "rounds", "contexts", "targets_per_context"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int)
+    parser.add_argument("--bptt", type=int, help="tokens per row")
+    parser.add_argument("--batches", type=int, help="batches per round (a fixed sample)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"),
                         help="training precision (bf16: autocast); scoring stays float32")
-    parser.add_argument("--score-vocab-size", type=int, default=defaults.score_vocab_size,
-                        help="V of the scoring measurement (0: skip it)")
-    parser.add_argument("--contexts", type=int, default=defaults.contexts)
-    parser.add_argument("--targets-per-context", type=int, default=defaults.targets_per_context)
-    parser.add_argument("--device", default=defaults.device)
+    parser.add_argument("--score-vocab-size", type=int, help="V of the scoring measurement (0: skip it)")
+    parser.add_argument("--device")
     parser.add_argument("--threads", type=int, help="torch threads of every process (default: torch's)")
-    parser.add_argument("--in-process", action="store_true",
+    parser.add_argument("--in-process", dest="isolate", action="store_false",
                         help="run every configuration in this process (no per-configuration memory)")
     parser.add_argument("--quick", action="store_true", help=f"tiny sizes, a check that it runs: {QUICK}")
     parser.add_argument("--out", type=Path, help="JSON path (default bench/results/train_throughput_<device>.json)")
-    args = parser.parse_args(argv)
-    fields = {"vocab_sizes": tuple(args.vocab_sizes), "modes": tuple(args.modes), "softmaxes": tuple(args.softmax),
-              "hidden": args.hidden, "rho": args.rho, "batch_size": args.batch_size, "bptt": args.bptt,
-              "batches": args.batches, "rounds": args.rounds, "precision": args.precision,
-              "score_vocab_size": args.score_vocab_size, "contexts": args.contexts,
-              "targets_per_context": args.targets_per_context, "device": args.device, "threads": args.threads,
-              "isolate": not args.in_process}
-    if args.quick:
-        fields.update(QUICK)
+    fields = vars(parser.parse_args(argv))
+    out, quick = fields.pop("out"), fields.pop("quick")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     try:
-        return ThroughputConfig(**fields), args.out
+        return ThroughputConfig(**{**fields, **(QUICK if quick else {})}), out
     except ValueError as err:
         parser.error(str(err))
 
@@ -528,7 +473,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ThroughputConfig, Pat
 def main(argv: Sequence[str] | None = None) -> None:
     cfg, out = parse_args(argv)
     result = benchmark(cfg)
-    result["command"] = " ".join(["python -m bench.train_throughput", *(sys.argv[1:] if argv is None else argv)])
+    result["command"] = command_line("bench.train_throughput", argv)
     out = out or RESULTS / f"train_throughput_{torch.device(result['device']).type}.json"
     write_json(out, result)
     plot(result, out.with_suffix(".png"))
