@@ -4,7 +4,7 @@ after a change, and what its restarts and folds buy (issue 40).
 On the first ``--limit`` lattices of each PocketSphinx dev set (``bench.pocketsphinx_set``), with
 ``models/librispeech``, one torch thread, one process at a time:
 
-1. ``afp tune --save W.json`` with its defaults (3 restarts, 5 folds), timed (wall, and the
+1. ``afp tune --save W.json`` with its defaults (3 restarts, 5 folds searched without restarts), timed (wall, and the
    report's search seconds), by this tree's code and, with ``--before REF``, by the code of
    ``REF`` (a git worktree) in the same run: the chosen point, its WER on the set, the
    cross-validated WER, the line searches.
@@ -12,7 +12,8 @@ On the first ``--limit`` lattices of each PocketSphinx dev set (``bench.pocketsp
    this), with its real-time factor (audio seconds from the set's ``set.json``; the target: 0.05),
    beside ``afp rescore`` with the untuned defaults, and on the other set's lattices (the weights'
    held-out WER).
-3. ``afp tune`` with ``--restarts 0`` and/or ``--folds 1`` (``--study``): what each default buys.
+3. ``afp tune`` with ``--fold-restarts 3``, ``--restarts 0`` or ``--folds 1`` (``--study``): what
+   each default buys.
 
     .venv/bin/python -m bench.tune_speed --limit 100 --before d7c2ad6 --study
 
@@ -34,8 +35,9 @@ from typing import Any
 from bench.common import REPO_ROOT, RESULTS, environment, write_json
 
 SETS = ("dev_clean", "dev_other")
-STUDY = (("restarts 3, folds 5 (defaults)", ()), ("restarts 0, folds 5", ("--restarts", "0")),
-         ("restarts 3, folds 1", ("--folds", "1")), ("restarts 0, folds 1", ("--restarts", "0", "--folds", "1")))
+STUDY = (("restarts 3, folds 5 without restarts (defaults)", ()),
+         ("restarts 3, folds 5 with 3 restarts each", ("--fold-restarts", "3")),
+         ("restarts 0, folds 5", ("--restarts", "0")), ("restarts 3, folds 1", ("--folds", "1")))
 
 
 def lattices_of(set_dir: Path, limit: int | None) -> list[Path]:
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     record: dict[str, Any] = {"command": "python -m bench.tune_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
                               "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT)
                                            else args.model), "limit": args.limit, "before": args.before,
-                              "environment": environment(), "note": args.note, "sets": {}}
+                              "environment": environment(), "note": args.note, "defaults": STUDY[0][0], "sets": {}}
     for index, set_dir in enumerate(args.sets):
         other = args.sets[1 - index]
         lattices, held_out = lattices_of(set_dir, args.limit), lattices_of(other, args.limit)

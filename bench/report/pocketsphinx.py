@@ -239,7 +239,7 @@ def tune_speed(results: Path) -> list[str]:
     for name, entry in data["sets"].items():
         rescore = entry["rescore_same"]["wall_s"]
         runs = [("before" + (f" ({data['before']})" if data.get("before") else ""), entry.get("before")),
-                ("after: restarts 3, folds 5 (defaults)", entry["tune"]), *(entry.get("study") or {}).items()]
+                ("after: " + (data.get("defaults") or "restarts 3, folds 5 (defaults)"), entry["tune"]), *(entry.get("study") or {}).items()]
         for label, run in runs:
             if not run:
                 continue
