@@ -238,7 +238,7 @@ def edges(point: dict[str, float], names: Sequence[str]) -> list[str]:
     return out
 
 
-def search(problem: Problem, start: dict[str, float], names: Sequence[str], restarts: int = 3, seed: int = 0,
+def search(problem: Problem, start: dict[str, float], names: Sequence[str], restarts: int, seed: int = 0,
            on_step: Callable[[], None] | None = None, pick: str = "midpoint") -> Result:
     """Coordinate descent from ``start`` and from ``restarts`` random points (seeded; within the
     ranges, the other coordinates as in ``start``); the best end point, ties to the first. The

@@ -37,12 +37,13 @@ GRID_NAMES = ("lm_weight", "old_lm_weight", "word_penalty", "unk_penalty")
 
 @dataclass(frozen=True)
 class Grid:
-    """The values to try of each weight (the product is searched)."""
+    """The values to try of each weight (the product is searched; ``afp tune``'s defaults are
+    :data:`afp.tune_job.GRID_DEFAULTS`)."""
 
-    lm_weights: tuple[float, ...] = tuple(round(0.1 * i, 2) for i in range(11))
-    old_lm_weights: tuple[float, ...] = (0.0,)
-    word_penalties: tuple[float, ...] = (0.0,)
-    unk_penalties: tuple[float, ...] = (0.0,)
+    lm_weights: tuple[float, ...]
+    old_lm_weights: tuple[float, ...]
+    word_penalties: tuple[float, ...]
+    unk_penalties: tuple[float, ...]
 
     def points(self) -> list[dict[str, float]]:
         values = (self.lm_weights, self.old_lm_weights, self.word_penalties, self.unk_penalties)

@@ -122,7 +122,7 @@ def test_the_case_decision_counts_every_utterance():
     assert [u.error_counts.tolist() for u in tuner.utterances] == [[0, 1], [0, 1], [0, 1, 0]]
     assert [u.group_errors.tolist() for u in tuner.utterances] == [[0, 1], [0, 1], [0, 1]]
     assert tuner.oracle().errors == 0 and tuner.first_pass().ref_words == 5
-    report = tune(tuner, Grid(lm_weights=(0.0,)))
+    report = tune(tuner, Grid(lm_weights=(0.0,), old_lm_weights=(0.0,), word_penalties=(0.0,), unk_penalties=(0.0,)))
     assert report["ignore_case"] is True and report["first_pass_wer"] == 0.0 and report["best"]["wer"] == 0.0
 
 
