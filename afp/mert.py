@@ -407,26 +407,23 @@ LINE_MEMORY = 64
 #: a union sweep of :class:`LatticeSet` holds lattices of at most this many expanded arcs in all
 #: (its arrays are this times the points checked, float64)
 UNION_ARCS = 400_000
+#: the unions a :class:`LatticeSet` keeps for later sweeps of the same lattices
+UNIONS_KEPT = 64
 
 
 class LatticeSet:
     """Lattices (:class:`LatticeLines`) searched together: a line search's check of every lattice
-    is one multi-point Viterbi sweep over their union (:class:`lattices.search.DagUnion`, in
-    groups of at most :data:`UNION_ARCS` arcs), not one sweep per lattice; a lattice whose
-    envelope grew is checked again, alone or with the others that did. The answers are each
-    lattice's own (:meth:`LatticeLines.settle`); ``sweeps`` counts the sweeps run."""
+    is a few multi-point Viterbi sweeps over unions of them (:class:`lattices.search.DagUnion`),
+    not one sweep per lattice. A sweep's arrays are as wide as its widest lattice's points, so the
+    lattices are swept in groups of about the same number of points (powers of two: at most twice
+    the cells they need), each of at most :data:`UNION_ARCS` arcs; a lattice whose envelope grew
+    is checked again with the others that did. The answers are each lattice's own
+    (:meth:`LatticeLines.settle`); ``sweeps`` counts the sweeps run."""
 
     def __init__(self, lines: Sequence[LatticeLines], union_arcs: int = UNION_ARCS) -> None:
         self.lines = list(lines)
-        self.groups: list[list[int]] = []
-        size = 0
-        for i, lattice in enumerate(self.lines):
-            if not self.groups or size + lattice.num_arcs > union_arcs:
-                self.groups.append([])
-                size = 0
-            self.groups[-1].append(i)
-            size += lattice.num_arcs
-        self._unions: dict[int, DagUnion] = {}
+        self.union_arcs = union_arcs
+        self._unions: dict[tuple[int, ...], DagUnion] = {}
         self.sweeps = 0
 
     def __len__(self) -> int:
@@ -468,54 +465,47 @@ class LatticeSet:
     def _best(self, which: Sequence[int], lines: list[_Line], points: dict[int, numpy.ndarray]
               ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
         """The best path's totals and arcs of lattices ``which`` at each of their ``points`` along
-        their ``lines``: a group's lattices in one union sweep when at least a quarter of them are
-        asked for, else each alone. A sweep is as wide as the median lattice asks (a lattice's
-        points past that are checked in a further sweep), so that a few lattices with many points
-        do not widen every other lattice's arrays."""
-        wanted = set(which)
+        their ``lines``: swept in groups of lattices with about as many points (the class docstring)."""
+        groups: dict[int, list[list[int]]] = {}
+        for i in sorted(which, key=lambda i: len(points[i])):
+            chunks = groups.setdefault(max(len(points[i]) - 1, 0).bit_length(), [[]])
+            if chunks[-1] and sum(self.lines[j].num_arcs for j in chunks[-1]) + self.lines[i].num_arcs > self.union_arcs:
+                chunks.append([])
+            chunks[-1].append(i)
         out: dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]] = {}
-        for g, group in enumerate(self.groups):
-            asked = [i for i in group if i in wanted]
-            if not asked:
-                continue
-            if len(group) > 1 and 4 * len(asked) >= len(group):
-                width = int(numpy.median([len(points[i]) for i in asked]))
-                out.update(self._sweep(g, group, asked, lines, {i: points[i][:width] for i in asked}))
-                more = [i for i in asked if len(points[i]) > width]
-                if more:
-                    rest = self._best(more, lines, {i: points[i][width:] for i in more})
-                    for i, (totals, paths) in rest.items():
-                        out[i] = (numpy.concatenate([out[i][0], totals]), out[i][1] + paths)
-            else:
-                for i in asked:
-                    out.update(self._sweep(None, [i], [i], lines, points))
+        for chunks in groups.values():
+            for members in chunks:
+                out.update(self._sweep(tuple(members), lines, points))
         return out
 
-    def _sweep(self, g: int | None, group: list[int], asked: list[int], lines: list[_Line],
-               points: dict[int, numpy.ndarray]) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
-        """One multi-point sweep over the union of ``group`` (``g``: its index, None: a single
-        lattice); lattices not ``asked`` ride along at their line's ``lo``."""
+    def _union(self, members: tuple[int, ...]) -> DagUnion:
+        """The union of lattices ``members``, kept for the next sweeps of the same lattices."""
+        if len(members) == 1:
+            return self.lines[members[0]].dag._alone
+        union = self._unions.pop(members, None)
+        if union is None:
+            union = DagUnion([self.lines[i].dag for i in members])
+            if len(self._unions) >= UNIONS_KEPT:
+                self._unions.pop(next(iter(self._unions)))
+        self._unions[members] = union  # the most recently used last
+        return union
+
+    def _sweep(self, members: tuple[int, ...], lines: list[_Line], points: dict[int, numpy.ndarray]
+               ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
+        """One multi-point sweep over the union of lattices ``members``, each at its ``points``
+        (padded with its last point to the widest's)."""
         self.sweeps += 1
-        if g is None:
-            union = self.lines[group[0]].dag._alone
-        elif g in self._unions:
-            union = self._unions[g]
-        else:
-            union = self._unions[g] = DagUnion([self.lines[i].dag for i in group])
-        width = max(len(points[i]) for i in asked)
+        width = max(len(points[i]) for i in members)
         arc_scores, final_scores = [], []
-        for i in group:
-            line = lines[i]
-            at = points[i] if i in points else numpy.array([line.lo])
+        for i in members:
+            line, at = lines[i], points[i]
             at = numpy.concatenate([at, numpy.full(width - len(at), at[-1])])
             arc_scores.append(line.a_arc[:, None] + line.g_arc[:, None] * at[None, :])
             final_scores.append(line.a_fin[:, None] + line.g_fin[:, None] * at[None, :])
-        totals, paths = union.best_paths(numpy.concatenate(arc_scores), numpy.concatenate(final_scores))
+        totals, paths = self._union(members).best_paths(numpy.concatenate(arc_scores), numpy.concatenate(final_scores))
         out = {}
-        asked_set = set(asked)
-        for k, i in enumerate(group):
-            if i in asked_set:
-                self.lines[i].passes += 1
-                count = len(points[i])
-                out[i] = (totals[k, :count], paths[k][:count])
+        for k, i in enumerate(members):
+            self.lines[i].passes += 1
+            count = len(points[i])
+            out[i] = (totals[k, :count], paths[k][:count])
         return out
