@@ -10,9 +10,9 @@ from bench.kneser_ney import KneserNey
 from bench.kneser_ney import write_arpa as reference_arpa
 from lm.ngram import kneser_ney
 from lm.corpus import encode
-from lm.ngram import read_arpa
 from lm.vocab import Vocabulary
 from tests.factories import patterned_sentences, random_sentences
+from tests.lm.ngram_reference import read_arpa
 
 
 def shards_of(sentences: list[list[str]], vocab: Vocabulary, parts: int = 2):
