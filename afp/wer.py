@@ -26,8 +26,8 @@ and ``afp tune`` compare words without regard to case, as sclite's ``-i`` does, 
 in the same case are compared exactly.
 
 Counts are kaldialign's (Levenshtein with unit costs for substitution, insertion and deletion,
-the same as Kaldi's ``compute-wer``): :func:`word_errors` for one utterance, :func:`corpus_wer`
-for many, summed as :class:`WerStats`.
+the same as Kaldi's ``compute-wer``): :func:`word_errors` for one utterance, summed over many
+as :class:`WerStats` (``sum(...)``).
 """
 
 from __future__ import annotations
@@ -138,14 +138,6 @@ def case_differs(refs: Iterable[Sequence[str]], hyps: Iterable[Sequence[str]]) -
 
 #: what a report says when words were compared without regard to case
 CASE_NOTE = "the hypotheses are in another case than the references: words compared without regard to case (sclite -i)"
-
-
-def corpus_wer(pairs: Iterable[tuple[Sequence[str], Sequence[str]]]) -> WerStats:
-    """The summed counts of ``(reference, hypothesis)`` word lists."""
-    total = WerStats.zero()
-    for ref, hyp in pairs:
-        total = total + word_errors(ref, hyp)
-    return total
 
 
 def read_references(path: str | Path) -> dict[str, list[str]]:

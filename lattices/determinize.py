@@ -375,26 +375,6 @@ def _remove_epsilons(g: _Graph, w: np.ndarray) -> _Graph:
     return _trim(out, levels)
 
 
-def remove_epsilons(lattice: Lattice, weights: Weights | None = None, skip: Iterable[str] = DEFAULT_SKIP) -> Lattice:
-    """The lattice without epsilon arcs and without the ``skip`` symbols' arcs (see the module
-    docstring), their scores folded into the word arcs that follow them and into final weights.
-
-    Exact (up to rounding) in the semiring of the module docstring: every word sequence stays,
-    with its best component vector under ``weights`` (where several epsilon paths join the same
-    two states, the best under ``weights`` is kept). ``weights`` may be left out when the lattice
-    has one score component, where every positive weight orders paths alike. Parallel arcs with
-    the same source, word and destination become the best one. Unreachable and dead states are
-    removed. Returns a new lattice; ``lattice`` is not changed."""
-    names, _, _ = score_components(lattice)
-    if weights is None:
-        if len(names) != 1:
-            raise ValueError(f"weights are needed to choose among epsilon paths with the components {list(names)}")
-        weights = [1.0]
-    w = ordering_vector(weights, names)
-    g = _remove_epsilons(_graph(lattice, w, skip), w)
-    return build_lattice(lattice, g.num_states, g.start, g.src, g.dst, g.word, g.x, g.finals, g.fx)
-
-
 # ------------------------------------------------------------------------------ determinization
 def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, max_states: int | None = None,
                 prune_scores: Tensor | None = None, *, prune_final_scores: Tensor | None = None,
@@ -674,14 +654,5 @@ class _Determinizer:
         return _best_of_packed(key, [key], x, score, p)
 
 
-def is_deterministic(lattice: Lattice) -> bool:
-    """Whether no arc is epsilon (id 0) and no state has two arcs with the same word."""
-    words = lattice.words.cpu().numpy()
-    if (words == 0).any():
-        return False
-    pairs = lattice.src.cpu().numpy().astype(np.int64) * (len(lattice.symbols) + 1) + words
-    return len(np.unique(pairs)) == len(pairs)
-
-
-__all__ = ["DELTA", "DeterminizationTooLarge", "build_lattice", "best_of_groups", "determinize", "is_deterministic",
-           "ordering_vector", "remove_epsilons", "score_components", "skipped_symbol_ids"]
+__all__ = ["DELTA", "DeterminizationTooLarge", "build_lattice", "best_of_groups", "determinize", "ordering_vector",
+           "score_components", "skipped_symbol_ids"]

@@ -12,7 +12,7 @@ ids to the part's ids (``<s>``/``</s>`` to the part's ``bos_id``/``eos_id``, eve
 through the part's own ``word_ids`` of its spelling). The table only grows.
 
 Unknown words: a part scores a word it does not know exactly as its ``word_ids`` maps it, i.e. as
-its ``<unk>`` (an :class:`lm.ngram.NgramScorer` without ``<unk>``: the floor ``-99 * ln 10``).
+its ``<unk>`` (for an ARPA n-gram without ``<unk>``, :class:`lm.ngram.store.StoreScorer`, the floor ``-99 * ln 10``).
 So over the union ``U`` of the parts' predictable vocabularies, context by context,
 
     sum_{w in U} P(w | h) = sum_i weight_i * (1 + |U \\ V_i| * P_i(<unk> | h)),

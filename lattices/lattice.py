@@ -301,23 +301,6 @@ class Lattice:
             raise LatticeFormatError("has a cycle; lattices must be acyclic", key=self.key)
         return levels
 
-    @cached_property
-    def topological_order(self) -> Tensor:
-        """int64 ``(S,)``: states sorted by level (a topological order)."""
-        return torch.argsort(self.levels, stable=True)
-
-    def arcs_leaving(self, states: Tensor) -> Tensor:
-        """int64: ids of all arcs whose source is in ``states`` (grouped by state, in ``states`` order).
-
-        Costs the number of those arcs, not the lattice's size (:func:`lattices.topology.gather`)."""
-        order, starts = self._arcs_by_state
-        arcs = topology.gather(order, starts, states.cpu().numpy())
-        return torch.from_numpy(arcs).to(self.device)
-
-    @cached_property
-    def _arcs_by_state(self) -> tuple[np.ndarray, np.ndarray]:
-        return topology.arcs_by_state(self.num_states, self.src.cpu().numpy())
-
     # ------------------------------------------------------------------ derived lattices
     def subset(self, keep_arcs: Tensor) -> Lattice:
         """The lattice with only the arcs where ``keep_arcs`` (bool ``(A,)``) is True, then trimmed:

@@ -14,16 +14,6 @@ _MULTIPLIERS = (0x5851F42D4C957F2D, 0x2545F4914F6CDD1D, 0x3C6EF372FE94F82B, 0x1B
                 0x61C8864680B583EB, 0x165667B19E3779F9, 0x27D4EB2F165667C5, 0x0CF1BBCDCB7A5635)
 
 
-def segment_index(counts: Tensor) -> Tensor:
-    """int64 ``(counts.sum(),)``: ``i`` repeated ``counts[i]`` times (``repeat_interleave(arange)``).
-
-    Written with ``searchsorted``, which stays fast when the intra-op thread pool has to share
-    busy cores (``repeat_interleave`` can stall there on small inputs)."""
-    ends = torch.cumsum(counts, 0)
-    total = int(ends[-1]) if ends.numel() else 0
-    return torch.searchsorted(ends, torch.arange(total, device=counts.device), right=True)
-
-
 def _row_keys(rows: Any) -> Any:
     """A 64-bit hash of each row of an int64 ``(N, W)`` matrix (a torch tensor or a numpy array:
     the same operators on both; int64 arithmetic wraps around)."""

@@ -10,8 +10,7 @@ with a reference, the oracle errors it kept.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -150,13 +149,4 @@ def stage_report(stage: str, lattice: Lattice, seconds: float, reference: Sequen
                        None if reference is None else sum(word not in kept for word in reference))
 
 
-def timed_stage(stage: str, function: Callable[..., Lattice], lattice: Lattice, *args: Any,
-                reference: Sequence[str] | None = None, **kwargs: Any) -> tuple[Lattice, StageReport]:
-    """Run ``function(lattice, *args, **kwargs)`` and report it (:func:`stage_report`, timing the
-    call only). Returns ``(output, report)``."""
-    began = time.perf_counter()
-    out = function(lattice, *args, **kwargs)
-    return out, stage_report(stage, out, time.perf_counter() - began, reference)
-
-
-__all__ = ["StageReport", "count_paths", "oracle_errors", "stage_report", "timed_stage"]
+__all__ = ["StageReport", "count_paths", "oracle_errors", "stage_report"]

@@ -1,4 +1,4 @@
-"""Searches over a weighted DAG: best path, forward-backward (max and log-sum), exact k-best paths.
+"""Searches over a weighted DAG: best path, forward-backward (max and log-sum).
 
 (The k best distinct label sequences: :mod:`lattices.kbest`.)
 
@@ -9,7 +9,7 @@ and arcs only, so a pass costs time linear in the graph however many levels it h
 frame-level lattice has one per frame). Forward, backward and the best path run in numpy on the
 CPU (``ufunc.at`` reductions: a level costs a few microseconds, a tenth of the same step in
 small torch calls, which is what a narrow lattice's thousands of levels are made of) and return
-tensors on the scores' device; the k-best Viterbi runs in torch on that device.
+tensors on the scores' device.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lattices.ops import check_deadline, segment_index
+from lattices.ops import check_deadline
 from lattices.topology import level_order
 
 NEG_INF = -math.inf
@@ -91,11 +91,6 @@ class Dag:
         """Arc ids sorted by the level of their source, and each level's offsets (backward passes)."""
         return level_order(self._arrays[0], self.level.cpu().numpy())
 
-    @_graph_cached
-    def _into_level(self) -> _LevelArcs:
-        """Arcs grouped by the level of their destination (the k-best Viterbi)."""
-        return _LevelArcs.group(self.dst, self.level)
-
     def _final_vector(self) -> Tensor:
         out = torch.full((self.num_states,), NEG_INF, dtype=self.score.dtype, device=self.score.device)
         return out.index_put_((self.finals,), self.final_score, accumulate=False)
@@ -145,8 +140,8 @@ class Dag:
     def best_path(self) -> tuple[float, Tensor]:
         """The best complete path: ``(score, arcs)`` with ``arcs`` int64 in path order (CPU).
 
-        The same path as ``k_best_paths(1)`` (a state's ties go to its lowest incoming arc id),
-        with one back-pointer per state. Raises ``ValueError`` when no final state is reachable.
+        A state's ties go to its lowest incoming arc id; one back-pointer per state. Raises
+        ``ValueError`` when no final state is reachable.
         """
         order, offsets = self._by_dst_level
         src, dst = self._arrays
@@ -209,107 +204,6 @@ class Dag:
     def _alone(self) -> DagUnion:
         """This graph as a union of one (:meth:`best_paths`)."""
         return DagUnion([self])
-
-    def k_best_paths(self, k: int) -> tuple[Tensor, list[Tensor]]:
-        """The ``k`` best complete paths (fewer if the graph has fewer), best first.
-
-        Exact: every state keeps its ``k`` best partial paths (k-best Viterbi), level by level.
-        Returns float ``(n,)`` scores and a list of ``n`` int64 arc-id tensors.
-        """
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        device, dtype = self.score.device, self.score.dtype
-        best = torch.full((self.num_states, k), NEG_INF, dtype=dtype, device=device)
-        back_arc = torch.full((self.num_states, k), -1, dtype=torch.int64, device=device)
-        back_rank = torch.zeros((self.num_states, k), dtype=torch.int64, device=device)
-        best[self.start, 0] = 0.0
-        ranks = torch.arange(k, device=device)
-        groups = self._into_level
-        for i in range(groups.num_levels):  # arcs by destination, each destination's in arc-id order
-            check_deadline(self.deadline)
-            arcs = groups.arcs[groups.level(i)[0]]
-            cand = (best[self.src[arcs]] + self.score[arcs].unsqueeze(1)).flatten()  # (n*k,)
-            cand_arc = arcs.unsqueeze(1).expand(-1, k).reshape(-1)
-            cand_rank = ranks.repeat(arcs.shape[0])
-            cand_dst = self.dst[cand_arc]
-            keep = cand > NEG_INF
-            cand, cand_arc, cand_rank, cand_dst = cand[keep], cand_arc[keep], cand_rank[keep], cand_dst[keep]
-            order = torch.argsort(-cand, stable=True)
-            order = order[torch.argsort(cand_dst[order], stable=True)]  # by dst, then best first
-            sorted_dst = cand_dst[order]
-            position = torch.arange(order.shape[0], device=device)
-            first = torch.searchsorted(sorted_dst, sorted_dst)  # start of each dst segment
-            rank = position - first
-            take = rank < k
-            order, rank = order[take], rank[take]
-            best[cand_dst[order], rank] = cand[order]
-            back_arc[cand_dst[order], rank] = cand_arc[order]
-            back_rank[cand_dst[order], rank] = cand_rank[order]
-
-        ends = (best[self.finals] + self.final_score.unsqueeze(1)).flatten()
-        end_state = self.finals.unsqueeze(1).expand(-1, k).reshape(-1)
-        end_rank = ranks.repeat(self.finals.shape[0])
-        count = min(k, int((ends > NEG_INF).sum()))
-        top = torch.topk(ends, count).indices if count else ends.new_zeros(0, dtype=torch.int64)
-        state, rank = end_state[top].tolist(), end_rank[top].tolist()
-        back_arc_cpu, back_rank_cpu, src_cpu = back_arc.cpu().numpy(), back_rank.cpu().numpy(), self.src.cpu().numpy()
-        paths = []
-        for s, r in zip(state, rank):
-            arcs = []
-            while True:
-                arc = int(back_arc_cpu[s, r])
-                if arc < 0:
-                    break
-                arcs.append(arc)
-                s, r = int(src_cpu[arc]), int(back_rank_cpu[s, r])
-            paths.append(torch.tensor(arcs[::-1], dtype=torch.int64))
-        return ends[top], paths
-
-
-@dataclass(frozen=True)
-class _LevelArcs:
-    """Arcs grouped by one end state (``E`` distinct end states, ``L`` levels that have arcs).
-
-    Attributes:
-      arcs: int64 ``(X,)`` arc ids sorted by (level of the end, end state, arc id).
-      states: int64 ``(E,)`` the distinct end states in that order.
-      local: int64 ``(X,)`` each arc's end as an index into its level's slice of ``states``.
-      arc_offsets, state_offsets: ``L + 1`` ints each; level ``i`` (in increasing level order)
-        has arcs ``arcs[arc_offsets[i]:arc_offsets[i + 1]]`` into (or out of) the states
-        ``states[state_offsets[i]:state_offsets[i + 1]]``.
-    """
-
-    arcs: Tensor
-    states: Tensor
-    local: Tensor
-    arc_offsets: list[int]
-    state_offsets: list[int]
-
-    @property
-    def num_levels(self) -> int:
-        return len(self.arc_offsets) - 1
-
-    def level(self, i: int) -> tuple[slice, Tensor]:
-        """Level ``i``'s arcs (a slice of ``arcs`` and ``local``) and its states (a view)."""
-        return (slice(self.arc_offsets[i], self.arc_offsets[i + 1]),
-                self.states[self.state_offsets[i]:self.state_offsets[i + 1]])
-
-    @staticmethod
-    def group(end: Tensor, level: Tensor) -> _LevelArcs:
-        """Group arcs by ``end`` (int64 ``(X,)``, their destination or source) and its ``level``."""
-        order = torch.argsort(end, stable=True)
-        order = order[torch.argsort(level[end[order]], stable=True)]
-        end_sorted = end[order]
-        new_state = torch.ones_like(end_sorted, dtype=torch.bool)
-        new_state[1:] = end_sorted[1:] != end_sorted[:-1]
-        states = end_sorted[new_state]
-        _, arc_counts = torch.unique_consecutive(level[end_sorted], return_counts=True)
-        _, state_counts = torch.unique_consecutive(level[states], return_counts=True)
-        state_ends = torch.cumsum(state_counts, 0)
-        first_state = (state_ends - state_counts)[segment_index(arc_counts)]  # of each arc's level
-        local = torch.cumsum(new_state, 0) - 1 - first_state
-        arc_offsets = [0, *torch.cumsum(arc_counts, 0).tolist()]
-        return _LevelArcs(order, states, local, arc_offsets, [0, *state_ends.tolist()])
 
 
 def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:

@@ -241,11 +241,6 @@ class Batch:
         return Batch(self.inputs.to(device), self.targets.to(device), self.lengths.to(device))
 
 
-def collate(sentences: Sequence[torch.Tensor]) -> Batch:
-    """Pad encoded sentences (each ``[<s>, ..., </s>]``) into one :class:`Batch`."""
-    return collate_flat(torch.cat(list(sentences)), torch.tensor([len(s) for s in sentences], dtype=torch.long))
-
-
 def collate_flat(ids: torch.Tensor, sizes: torch.Tensor) -> Batch:
     """Pad sentences given one after another into one :class:`Batch` (what :meth:`Corpus.take` gives).
 

@@ -26,8 +26,8 @@ On-disk format (version 1) of a prepared directory ``DIR``::
 
 Sentences are numbered across the shards of a split in order (shard 0's first). Boundaries are
 not stored: every sentence has them, so the reader adds them and gives the tensor
-``[<s>, w_1, ..., w_n, </s>]`` that :class:`EncodedCorpus` holds and :func:`lm.corpus.collate`
-expects. OOV words are stored as ``-1`` rather than the unknown-word id so that the OOV count of
+``[<s>, w_1, ..., w_n, </s>]`` that :class:`EncodedCorpus` holds and :func:`lm.corpus.collate_flat`
+pads. OOV words are stored as ``-1`` rather than the unknown-word id so that the OOV count of
 any part (``max_train_sentences``) can be counted, and a literal ``<unk>`` in the text (which is
 in the vocabulary, so not OOV) stays distinct.
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from lm.checkpoint import prepare_model, save_checkpoint
 from lm.config import ModelConfig
+from lm.corpus import Batch, collate_flat
 from lm.model import LanguageModel, build_model
 from lm.vocab import Vocabulary
 
@@ -53,6 +56,12 @@ def make_model(vocab: Vocabulary, seed: int = 0, init_range: float = 0.5, device
     model.reset_parameters(init_range)
     prepare_model(model, vocab)
     return model.to(device).eval()
+
+
+def collate(sentences: Sequence[torch.Tensor]) -> Batch:
+    """Pad encoded sentences (each ``[<s>, ..., </s>]``, as ``lm.corpus.encode(...).ids`` gives them)
+    into one batch, the way training batches them (``lm.corpus.collate_flat``)."""
+    return collate_flat(torch.cat(list(sentences)), torch.tensor([len(s) for s in sentences], dtype=torch.long))
 
 
 def free_port() -> int:
@@ -148,6 +157,15 @@ def all_paths(lattice):
 
     walk(lattice.start, [])
     return paths
+
+
+def nbest_to_json(nbest) -> dict[str, Any]:
+    """The JSON form of one ``lattices.formats.nbest.NBestList`` (what ``nbest_from_json`` reads;
+    words as one space-separated string), for writing n-best test inputs."""
+    return {"key": nbest.key, "hypotheses": [
+        {"words": " ".join(hyp.words), "scores": {name: float(value) + 0.0 for name, value in hyp.scores.items()},
+         **({} if hyp.total is None else {"total": float(hyp.total) + 0.0})}
+        for hyp in nbest.hypotheses]}
 
 
 MUTATIONS = ("delete", "duplicate", "garble", "newline", "drop-line", "dup-line", "swap-lines")

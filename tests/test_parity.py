@@ -21,7 +21,8 @@ from afp.compare import SCORE_TOLERANCE
 from lattices.formats import read_lattice_file
 from afp.mixtures import write_mixture
 from service.cli import main
-from tests.factories import saved_model
+from tests.factories import nbest_to_json, saved_model
+from tests.lm.ngram_reference import NgramScorer, read_arpa
 from tests.lm.test_ngram import HAND
 from tests.service.test_app import client_for
 
@@ -276,7 +277,7 @@ def test_untuned_defaults_are_the_same_at_every_door(tmp_path, capsys):
     ``POST /v1/rescore`` and ``afp.Model.rescore`` all keep that combination (old LM 0.6, the new
     LM at a quarter of it) and choose the same words with the same scores."""
     import afp
-    from lattices.formats.nbest import nbest_from_json, nbest_to_json, read_espnet_nbest
+    from lattices.formats.nbest import nbest_from_json, read_espnet_nbest
     from tests.service.test_nbest_cli import write_espnet
 
     model = saved_model(tmp_path / "model", cell="gru", mode="afp", rho=2)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,26 +60,17 @@ _MAX_SYNTHESIZED = 1 << 20  # made-up symbol tables stop here (a tuple of that m
 _SKIPPED = ("arcs", "aux_labels", "lm_scores", "scores", "labels")
 
 
-def load_k2_file(path: str | Path, symbols: Sequence[str] | None = None) -> list[Lattice]:
-    """Read a file written with ``torch.save(fsa.as_dict(), path)`` (or a list of such dicts).
-
-    Only tensors and plain containers are unpickled (``weights_only=True``): a file holding any
-    other object, a missing file or a damaged one raises LatticeFormatError naming the file.
-    Lattice keys are the file name without its suffix (numbered ``-0``, ``-1``... for several).
-    """
-    return _load(path, symbols, str(path), Path(path).stem or "lattice")
-
-
 def load_k2_bytes(data: bytes, symbols: Sequence[str] | None = None, source: str | None = None,
                   key: str = "lattice") -> list[Lattice]:
-    """:func:`load_k2_file` for the bytes of such a file (an HTTP upload), with the same safety."""
-    return _load(io.BytesIO(data), symbols, source, key)
+    """Read the bytes of a file written with ``torch.save(fsa.as_dict(), path)`` (or a list of such
+    dicts): what :func:`lattices.formats.read_lattice_file` does with a k2 file.
 
-
-def _load(file: str | Path | io.BytesIO, symbols: Sequence[str] | None, source: str | None,
-          key: str) -> list[Lattice]:
+    Only tensors and plain containers are unpickled (``weights_only=True``): data holding any
+    other object, or damaged data, raises LatticeFormatError naming ``source``. Keys as
+    :func:`read_k2`'s (``key``, or ``key-0``, ``key-1``... for several).
+    """
     try:
-        obj = torch.load(file, weights_only=True, map_location="cpu")
+        obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - any load failure is bad input, reported with the file
         raise LatticeFormatError(f"cannot load a k2 lattice file (torch.save of Fsa.as_dict()): "
                                  f"{type(exc).__name__}: {str(exc)[:300]}", source=source, key=key) from None

@@ -41,7 +41,7 @@ Readers (every malformed input raises :class:`LatticeFormatError` naming file or
   in the sums). Without a header, a first line starting with ``(`` is read as NBestList1.0, as
   SRILM does.
 
-* JSON (:func:`nbest_from_json`, :func:`nbest_to_json`), for HTTP clients::
+* JSON (:func:`nbest_from_json`), for HTTP clients::
 
     {"key": "utt1",                               # required, a non-empty string
      "hypotheses": [                              # required, a non-empty list, rank 1 first
@@ -601,11 +601,3 @@ def _json_number(value: Any, fail: Any, where: str) -> float:
     if not math.isfinite(number):
         raise fail(f"must be finite, got {number}", where)
     return number
-
-
-def nbest_to_json(nbest: NBestList) -> dict[str, Any]:
-    """The JSON form of one n-best list (words as one space-separated string)."""
-    return {"key": nbest.key, "hypotheses": [
-        {"words": " ".join(hyp.words), "scores": {name: float(value) + 0.0 for name, value in hyp.scores.items()},
-         **({} if hyp.total is None else {"total": float(hyp.total) + 0.0})}
-        for hyp in nbest.hypotheses]}

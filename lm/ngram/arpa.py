@@ -1,8 +1,9 @@
 """The ARPA back-off n-gram format: the subset read, its word conventions, its error and the writer.
 
 The one reader is :func:`lm.ngram.store.read_arpa_store` (and :func:`lm.ngram.store.parse_arpa_store`
-for text, bytes or lines); :mod:`lm.ngram`'s dict-based model is built from what it reads. This
-module holds what both need, so neither imports the other's internals.
+for text, bytes or lines), and :class:`lm.ngram.store.StoreScorer` scores what it reads; the
+Kneser-Ney builder (:mod:`lm.ngram.kneser_ney`) writes the format. This module holds what they
+share, so none imports another's internals.
 
 The format (as SRILM and KenLM write it), the subset read::
 
@@ -25,6 +26,21 @@ log-probability may be ``-inf``), every word of a higher-order n-gram must be am
 unigrams, ``</s>`` must be one, and no n-gram may be listed twice. Text is UTF-8;
 gzip-compressed input is recognised by its magic bytes. Any violation raises
 :class:`ArpaFormatError` naming the source and line.
+
+Probabilities (standard back-off, as SRILM and KenLM compute them), in natural log:
+
+* ``P(w | h) = p(h w)`` when the n-gram ``h w`` is listed, else ``bo(h) + P(w | h[1:])``,
+  recursively down to the unigram ``p(w)``; ``bo`` of a context that is not listed, or is listed
+  without a back-off field, is 0. Only the last ``order - 1`` tokens of a history matter.
+* ``<s>`` is a context-only token: as a target it always gets :data:`LOG_FLOOR` (the file's
+  unigram of ``<s>``, usually ``-99``, is kept but never used for prediction).
+* An unknown word is scored as ``<unk>`` when the file has ``<unk>``. Without it, an unknown word
+  maps to an extra ``<unk>`` id that has no n-grams: as a target it gets exactly
+  :data:`LOG_FLOOR` (SRILM's ``-99`` log10 "zero probability", converted to natural log), whatever
+  the context, and in a history it matches no n-gram, so the prediction backs off past it.
+
+The tests check the batched scorer against a dict-based reading of this definition
+(``tests/lm/ngram_reference.py``).
 """
 
 from __future__ import annotations

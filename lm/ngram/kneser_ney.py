@@ -13,7 +13,7 @@ order ``n`` the model interpolates::
 number of distinct words seen before the n-gram; three discounts per order from its
 count-of-counts; ``p_0`` uniform over the predictable words. The back-off ARPA form (:func:`write_arpa`)
 stores ``p_n(w | h)`` for every n-gram seen and ``gamma`` as the back-off weight of each context,
-which gives the same probabilities under back-off look-up (:mod:`lm.ngram`).
+which gives the same probabilities under back-off look-up (:mod:`lm.ngram.arpa`).
 
 How it scales: n-grams are rows of word ids packed into one sortable key each (``uint64`` when
 ``order * bits`` fits in 64 bits, else big-endian bytes compared as ``void``), counted chunk by

@@ -4,9 +4,9 @@
 Per order ``n`` the store holds the n-grams' word-id rows packed into one sorted key each
 (:class:`lm.ngram.kneser_ney.Packer`: ``uint64`` when ``n * bits`` fits, else big-endian bytes), their
 natural-log probabilities and back-off weights (float32 by default): about 16 bytes per n-gram,
-against the hundreds of the dict-based model (:class:`lm.ngram.NgramModel`, which is built from a
-float64 store). A batch of (history, word) queries is scored by the back-off definition of
-:mod:`lm.ngram` (same numbers) order by order over the whole batch: a ``searchsorted`` for the
+against the hundreds of a dict-based model (the tests' reference, ``tests/lm/ngram_reference.py``,
+is built from a float64 store). A batch of (history, word) queries is scored by the back-off
+definition of :mod:`lm.ngram.arpa` order by order over the whole batch: a ``searchsorted`` for the
 n-grams ``h w`` still unanswered, then one for the back-off weights of their contexts.
 
 :func:`read_arpa_store` (a path) and :func:`parse_arpa_store` (text, bytes or lines) read the
@@ -423,15 +423,17 @@ def _gram_text(ids: np.ndarray, index: dict[str, int]) -> str:
 
 
 class StoreScorer:
-    """An :class:`NgramStore` as a ``lattices.scorer.ContextScorer`` (the interface of
-    :class:`lm.ngram.NgramScorer`, batched in numpy)."""
+    """An :class:`NgramStore` as a ``lattices.scorer.ContextScorer``, batched in numpy.
+
+    ``context_size`` is ``order - 1``; contexts wider than that are cut to their last
+    ``order - 1`` tokens."""
 
     #: float32 log-probabilities, summed in float64
     precision = "fp32"
 
     def __init__(self, store: NgramStore) -> None:
         self.store = store
-        self.context_size: int | None = store.order - 1  # as lm.ngram.NgramScorer
+        self.context_size: int | None = store.order - 1
         self.bos_id, self.eos_id, self.unk_id = store.bos_id, store.eos_id, store.unk_id
 
     def word_ids(self, words: Sequence[str]) -> Tensor:

@@ -9,14 +9,14 @@ import random
 import pytest
 import torch
 
-from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_json, nbest_to_lattice
+from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel, load_checkpoint
 from lm.scorer import LMScorer
 from service.cli import main
 from afp.tune import GRID_NAMES, Grid, Tuner, tune
 from afp.wer import word_errors
-from tests.factories import replacing_options, WORDS, make_model, random_lattice, saved_model, tiny_vocab
+from tests.factories import nbest_to_json, replacing_options, WORDS, make_model, random_lattice, saved_model, tiny_vocab
 
 VOCAB = tiny_vocab()
 GRID = Grid(lm_weights=(0.0, 0.5, 1.0, 2.0), old_lm_weights=(0.0, 1.0), word_penalties=(0.0, 2.0),

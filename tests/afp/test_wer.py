@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from afp.wer import (ReferencesError, WerStats, corpus_wer, cut_reference, match_references, read_references,
-                         word_errors)
+from afp.wer import ReferencesError, WerStats, cut_reference, match_references, read_references, word_errors
 from tests.factories import require_shared, SHARED_DATA, WORDS
 from tests.factories import levenshtein
 
@@ -32,9 +31,8 @@ def test_word_errors_hand_worked(ref, hyp, sub, ins, dele):
 
 
 def test_wer_stats_sum_percent_and_json():
-    total = corpus_wer([("the cat sat".split(), "the dog sat".split()),
-                        ("a b c d".split(), "a b c d e".split()),
-                        ("x y".split(), "x y".split())])
+    total = sum(word_errors(ref.split(), hyp.split()) for ref, hyp in [("the cat sat", "the dog sat"),
+                                                                       ("a b c d", "a b c d e"), ("x y", "x y")])
     assert total == WerStats(errors=2, substitutions=1, insertions=1, deletions=0, ref_words=9, sentences=3,
                              sentence_errors=2)
     assert total.wer == pytest.approx(100 * 2 / 9) and total.ser == pytest.approx(100 * 2 / 3)
@@ -166,6 +164,6 @@ def test_real_espnet_trn_and_first_pass_wer():
     assert len(hyps) == 2703 and "1272-128104-0000" in hyps
     matched = match_references(refs, hyps)
     assert list(matched) == list(hyps)
-    stats = corpus_wer((matched[key], words) for key, words in hyps.items())
+    stats = sum(word_errors(matched[key], words) for key, words in hyps.items())
     assert stats.ref_words == 54402 and stats.sentences == 2703
     assert round(stats.wer, 2) == 1.70  # the data's documented first-pass WER on dev_clean

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lattices.determinize import (DeterminizationTooLarge, determinize, is_deterministic, ordering_vector,
-                                  remove_epsilons, score_components)
+from lattices.determinize import DeterminizationTooLarge, determinize, ordering_vector, score_components
 from lattices.lattice import Lattice
 from lattices.minimize import minimize, push
 
@@ -104,6 +103,12 @@ def assert_same_best(got: dict, want: dict, exact: bool) -> None:
             np.testing.assert_allclose(got[seq], want[seq], atol=1e-5, err_msg=str(seq))
 
 
+def is_deterministic(lattice: Lattice) -> bool:
+    """Whether no arc is epsilon (id 0) and no state has two arcs with the same word."""
+    pairs = list(zip(lattice.src.tolist(), lattice.words.tolist()))
+    return all(word != 0 for _, word in pairs) and len(set(pairs)) == len(pairs)
+
+
 def snapshot(lattice: Lattice) -> list:
     return [t.clone() for t in (lattice.src, lattice.dst, lattice.words, lattice.acoustic, lattice.graph,
                                 lattice.finals, lattice.final_acoustic, lattice.final_graph)]
@@ -178,25 +183,6 @@ def test_multiple_components_with_named_scores_keep_their_names():
 
 
 # ------------------------------------------------------------------------------ brute force
-@pytest.mark.parametrize("components", [1, 2, 3])
-def test_remove_epsilons_keeps_sequences_and_best_vectors(components):
-    for seed in range(60):
-        lattice = random_lattice(seed, components)
-        w = random_weights(seed, components)
-        before = snapshot(lattice)
-        out = remove_epsilons(lattice, w)
-        assert all(torch.equal(a, b) for a, b in zip(before, snapshot(lattice)))  # input unchanged
-        assert not bool(torch.isin(out.words, torch.tensor(sorted(SKIPPED))).any())
-        assert_same_best(best_vectors(out, w), best_vectors(lattice, w), exact=True)
-
-
-def test_remove_epsilons_needs_weights_only_for_several_components():
-    lattice = random_lattice(1, components=1)
-    assert_same_best(best_vectors(remove_epsilons(lattice), np.ones(1)), best_vectors(lattice, np.ones(1)), exact=True)
-    with pytest.raises(ValueError, match="weights are needed"):
-        remove_epsilons(random_lattice(1, components=2))
-
-
 @pytest.mark.parametrize("components,integer", [(1, True), (2, True), (3, True), (2, False), (3, False)])
 def test_determinize_is_exact_and_deterministic(components, integer):
     for seed in range(80):
@@ -204,8 +190,9 @@ def test_determinize_is_exact_and_deterministic(components, integer):
         w = random_weights(seed, components)
         before = snapshot(lattice)
         out = determinize(lattice, w)
-        assert all(torch.equal(a, b) for a, b in zip(before, snapshot(lattice)))
+        assert all(torch.equal(a, b) for a, b in zip(before, snapshot(lattice)))  # input unchanged
         assert is_deterministic(out), seed
+        assert not bool(torch.isin(out.words, torch.tensor(sorted(SKIPPED))).any())  # fillers removed like epsilons
         assert out.start == 0
         assert_same_best(best_vectors(out, w), best_vectors(lattice, w), exact=integer)
         again = determinize(out, w)  # idempotent: a deterministic lattice determinizes to itself
@@ -425,9 +412,9 @@ def test_n_best_of_a_large_lattice_survives_pruned_determinization_and_minimizat
     dag, labels = dag_of(lattice, w)
     want = [(score, tuple(labels[arcs][labels[arcs] >= 0].tolist())) for score, arcs in search_distinct(dag, labels, k).found]
     want = [(score, seq) for score, seq in want if score >= want[0][0] - beam]
-    out_dag, out_labels = dag_of(out, w)
-    scores, paths_found = out_dag.k_best_paths(len(want))
-    got = [(float(score), tuple(out_labels[arcs].tolist())) for score, arcs in zip(scores, paths_found)]
+    out_dag, out_labels = dag_of(out, w)  # deterministic: its best paths are its best distinct sequences
+    got = [(score, tuple(out_labels[arcs][out_labels[arcs] >= 0].tolist()))
+           for score, arcs in k_best_distinct(out_dag, out_labels, len(want))]
     assert [seq for _, seq in got] == [seq for _, seq in want]
     np.testing.assert_allclose([s for s, _ in got], [s for s, _ in want], atol=1e-6)
     assert len(want) > 3

@@ -14,10 +14,10 @@ from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
 from lm.corpus import encode
-from lm.ngram import NgramScorer, read_arpa
 from lm.scorer import LMScorer, score_sentences
 from lm.vocab import Vocabulary
 from tests.factories import kn_arpa, make_model, patterned_sentences, random_lattice, replacing_options, tiny_vocab
+from tests.lm.ngram_reference import NgramScorer, read_arpa
 
 
 def ngram(tmp_path, name: str, order: int, sentences: list[list[str]]) -> NgramScorer:

@@ -26,8 +26,3 @@ def test_unique_rows_falls_back_on_hash_collisions(monkeypatch):
     distinct, inverse = ops.unique_rows(rows)
     assert _as_set(distinct) == {(1, 5), (2, 5), (3, 6)}
     assert torch.equal(distinct[inverse], rows)
-
-
-def test_segment_index():
-    assert ops.segment_index(torch.tensor([2, 0, 3])).tolist() == [0, 0, 2, 2, 2]
-    assert ops.segment_index(torch.tensor([], dtype=torch.int64)).tolist() == []

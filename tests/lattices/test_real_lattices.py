@@ -9,10 +9,10 @@ from lattices.expand import DEFAULT_SKIP
 from lattices.formats import read_lattice_file
 from lattices.rescore import RescoreOptions, rescore
 from lm.checkpoint import LoadedModel
-from lm.corpus import collate, encode
+from lm.corpus import encode
 from lm.scorer import LMScorer
 from lm.vocab import Vocabulary
-from tests.factories import require_shared, replacing_options, SHARED_DATA, make_model
+from tests.factories import collate, require_shared, replacing_options, SHARED_DATA, make_model
 
 LATTICES = SHARED_DATA / "lattices"
 FILES = {

@@ -10,11 +10,10 @@ import torch
 from lattices.expand import DEFAULT_SKIP, PAD, ExpansionTooLarge, expand, word_map
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, prune, rescore  # prune: lattices.reduce, re-exported
-from lattices.search import Dag
 from lm.checkpoint import LoadedModel
-from lm.corpus import collate, encode
+from lm.corpus import encode
 from lm.scorer import LMScorer
-from tests.factories import replacing_options, DEVICES, all_paths, make_model, random_lattice, tiny_vocab
+from tests.factories import collate, replacing_options, DEVICES, all_paths, make_model, random_lattice, tiny_vocab
 
 VOCAB = tiny_vocab()
 MODELS = [
@@ -208,18 +207,6 @@ def test_header_defaults_for_scales():
     assert replacing_options().scales_for(lattice) == (pytest.approx(1 / 14), pytest.approx(0.5))
     assert replacing_options(acoustic_scale=0.2, word_penalty=1.0).scales_for(lattice) == (0.2, 1.0)
     assert replacing_options().scales_for(random_lattice(0)) == (0.1, 0.0)
-
-
-def test_k_best_paths_are_sorted_and_exact():
-    lattice = random_lattice(4, num_states=8, extra_arcs=10)
-    scores = lattice.acoustic * 0.1 + lattice.graph
-    dag = Dag(lattice.num_states, lattice.start, lattice.src, lattice.dst, scores, lattice.finals,
-              lattice.final_graph, lattice.levels)
-    everything = sorted((float(scores[a].sum() + lattice.final_graph[f]) for a, f in all_paths(lattice)),
-                        reverse=True)
-    got, paths = dag.k_best_paths(len(everything) + 5)
-    assert got.tolist() == pytest.approx(everything)
-    assert len({tuple(p.tolist()) for p in paths}) == len(everything)
 
 
 def test_auto_prune_shrinks_until_the_budget_fits():

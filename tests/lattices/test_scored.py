@@ -13,9 +13,9 @@ from lattices.rescore import RescoreOptions, rescore, score_for_options
 from lattices.scored import ScoreNameError
 from lattices.search import Dag
 from lm.checkpoint import LoadedModel
-from lm.corpus import collate, encode
+from lm.corpus import encode
 from lm.scorer import LMScorer
-from tests.factories import replacing_options, all_paths, make_model, random_lattice, tiny_vocab
+from tests.factories import collate, replacing_options, all_paths, make_model, random_lattice, tiny_vocab
 
 VOCAB = tiny_vocab()
 

@@ -7,11 +7,11 @@ import torch
 
 from lm.checkpoint import load_checkpoint, prepare_model, save_checkpoint
 from lm.config import ModelConfig, TrainConfig, default_cutoffs
-from lm.corpus import collate, encode
+from lm.corpus import encode
 from lm.scorer import sentence_pairs
 from lm.train import train
 from lm.vocab import Vocabulary
-from tests.factories import DEVICES, make_model, patterned_sentences, random_sentences, tiny_vocab, write_text
+from tests.factories import collate, DEVICES, make_model, patterned_sentences, random_sentences, tiny_vocab, write_text
 
 ADAPTIVE = {"softmax": "adaptive", "cutoffs": (5, 10), "div_value": 2.0}
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from lm.corpus import collate, encode
-from tests.factories import CELL_CONFIGS, make_model, random_sentences, saved_model, tiny_vocab
+from lm.corpus import encode
+from tests.factories import collate, CELL_CONFIGS, make_model, random_sentences, saved_model, tiny_vocab
 
 
 @pytest.mark.parametrize("fields", [

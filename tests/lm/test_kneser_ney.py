@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from lm.corpus import encode
-from lm.ngram import LOG10, kneser_ney, read_arpa
+from lm.ngram import kneser_ney
+from lm.ngram.arpa import LOG10
 from lm.vocab import Vocabulary
 from tests.factories import kn_arpa, patterned_sentences, random_sentences
 from tests.lm.kn_reference import KneserNey
+from tests.lm.ngram_reference import read_arpa
 
 
 def shards_of(sentences: list[list[str]], vocab: Vocabulary, parts: int = 2):
@@ -155,7 +157,7 @@ def test_lower_orders_use_continuation_counts_and_start_ngrams_keep_raw_counts()
 
 
 def test_more_context_fits_the_grammar_better_and_unseen_words_keep_mass(tmp_path):
-    from lm.ngram import sentence_logprob
+    from tests.lm.ngram_reference import sentence_logprob
 
     train, valid = patterned_sentences(400, seed=1), patterned_sentences(100, seed=2)
     ppl = []

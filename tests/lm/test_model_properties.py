@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lm.corpus import collate, encode
-from lm.delayed import delayed_from_stacked, run_delayed
-from tests.factories import CELL_CONFIGS, DEVICES, make_model, random_sentences, tiny_vocab
+from lm.corpus import encode
+from tests.factories import collate, CELL_CONFIGS, DEVICES, make_model, random_sentences, tiny_vocab
+from tests.lm.delayed_reference import delayed_from_stacked, run_delayed
 
 VOCAB = tiny_vocab()
 CELLS = list(CELL_CONFIGS)

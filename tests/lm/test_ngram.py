@@ -1,5 +1,6 @@
-"""ARPA back-off n-gram models (lm/ngram/model.py): hand-computed probabilities, exact round trips of
-Kneser-Ney models written by afp ngram's estimator, the scorer against the reference estimator, format errors."""
+"""ARPA back-off n-gram models (the one reader, lm/ngram/store.py, through the dict-based reference
+tests/lm/ngram_reference.py): hand-computed probabilities, exact round trips of Kneser-Ney models
+written by afp ngram's estimator, the scorer against the reference estimator, format errors."""
 
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
 from lm.corpus import encode
-from lm.ngram import (LOG10, LOG_FLOOR, ArpaFormatError, NgramModel, NgramScorer, parse_arpa, read_arpa,
-                      sentence_logprob)
+from lm.ngram.arpa import LOG10, LOG_FLOOR, ArpaFormatError
 from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
@@ -28,6 +28,7 @@ from tests.factories import (replacing_options, MUTATIONS, kn_arpa, VALID_MUTATI
                              random_lattice)
 from tests.lattices.test_kaldi import FUZZ
 from tests.lm.kn_reference import KneserNey
+from tests.lm.ngram_reference import NgramModel, NgramScorer, parse_arpa, read_arpa, sentence_logprob
 
 # A trigram model small enough to score by hand (log10 numbers below are read off these lines).
 HAND = """\
@@ -281,8 +282,7 @@ def test_unreadable_input_names_the_source(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ fuzzing
-# The expectations below come from the format's definition (lm/ngram/arpa.py and lm/ngram/model.py
-# docstrings), computed here: log10 numbers in the file, natural logs out (times ln 10), the
+# The expectations below come from the format's definition (the lm/ngram/arpa.py docstring), computed here: log10 numbers in the file, natural logs out (times ln 10), the
 # back-off rule, <s> never predicted, unknown words as the first unknown-word symbol listed.
 LN10 = math.log(10.0)
 UNK_PREFERENCE = ("<unk>", "<UNK>", "[unk]", "<SPOKEN_NOISE>")  # the documented unknown-word symbols, in order

@@ -11,10 +11,11 @@ import numpy as np
 
 import pytest
 
-from lm.ngram import LOG10, ArpaFormatError, read_arpa
+from lm.ngram.arpa import LOG10, ArpaFormatError
 from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
 from lm.scorer import sentence_pairs
 from tests.factories import kn_arpa
+from tests.lm.ngram_reference import read_arpa
 from tests.lm.test_ngram import HAND, HAND_CASES, HAND_LINES, MALFORMED, _kn, _line, _replace
 
 
@@ -136,7 +137,7 @@ def test_an_arpa_file_is_a_model_at_every_door(tmp_path, capsys):
     import json
 
     import afp
-    from lm.ngram import sentence_logprob
+    from tests.lm.ngram_reference import sentence_logprob
     from service.cli import main
     from tests.factories import patterned_sentences, write_text
     from tests.service.test_app import client_for
@@ -333,7 +334,6 @@ def test_a_kaldi_style_unk_symbol_scores_the_unknown_words(tmp_path):
     """An ARPA file whose unknown word is ``<UNK>`` (Kaldi recipes; ``<SPOKEN_NOISE>``,
     ``[unk]`` too) scores every unknown word as it, in the store, its model directory, the dict
     view and the array-built store alike; it is not a known word."""
-    from lm.ngram import read_arpa
     from lm.ngram.store import LoadedNgram, save_store
 
     path = tmp_path / "kaldi.arpa"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm.ngram import LOG10
+from lm.ngram.arpa import LOG10
 from lm.ngram.sphinx import read_sphinx_trie, write_trie_arpa
 from lm.ngram.store import read_arpa_store
 

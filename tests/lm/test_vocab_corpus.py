@@ -5,7 +5,7 @@ import gzip
 import pytest
 import torch
 
-from lm.corpus import CorpusError, batches, collate, encode, iter_lhotse_texts, load_corpus, read_sentences
+from lm.corpus import CorpusError, batches, collate_flat, encode, iter_lhotse_texts, load_corpus, read_sentences
 from lm.vocab import Vocabulary, VocabularyError
 from tests.factories import random_sentences, shared_data_file, write_text
 
@@ -82,8 +82,8 @@ def test_encode_counts_tokens_and_oov():
     assert corpus.ids[0].tolist() == [vocab.bos_id, vocab.id("a"), vocab.unk_id, vocab.eos_id]
 
 
-def test_collate_shifts_inputs_and_targets():
-    batch = collate([torch.tensor([0, 5, 6, 1]), torch.tensor([0, 7, 1])])
+def test_collate_flat_shifts_inputs_and_targets():
+    batch = collate_flat(torch.tensor([0, 5, 6, 1, 0, 7, 1]), torch.tensor([4, 3]))
     assert batch.inputs.tolist() == [[0, 5, 6], [0, 7, 0]]
     assert batch.targets.tolist() == [[5, 6, 1], [7, 1, 0]]
     assert batch.lengths.tolist() == [3, 2] and batch.num_tokens == 5

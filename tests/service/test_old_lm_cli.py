@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from lm.ngram import parse_arpa
 from service.cli import main
 from tests.factories import saved_model
+from tests.lm.ngram_reference import parse_arpa
 from tests.lm.test_ngram import HAND
 
 PRONUNCIATION = {"a": 0.25, "b": 0.5, "c": 0.125}  # costs the graph adds to the old LM's (Kaldi's L and H)

@@ -1,22 +1,12 @@
-"""ARPA back-off n-gram language models, and such a model as a finite-context scorer.
+"""The tests' reference for ARPA back-off n-grams: a dict-based model and its scorer.
 
-:class:`NgramModel` is a dict-based view of what the one ARPA reader
-(:func:`lm.ngram.store.read_arpa_store`, the format and its checks in :mod:`lm.ngram.arpa`) reads, kept
-as the direct reference for the back-off definition; :class:`lm.ngram.store.NgramStore` scores
-the same numbers in batches from compact arrays. Malformed input raises :class:`ArpaFormatError`
-naming the source and line.
-
-Probabilities (standard back-off, as SRILM and KenLM compute them), in natural log:
-
-* ``P(w | h) = p(h w)`` when the n-gram ``h w`` is listed, else ``bo(h) + P(w | h[1:])``,
-  recursively down to the unigram ``p(w)``; ``bo`` of a context that is not listed, or is listed
-  without a back-off field, is 0. Only the last ``order - 1`` tokens of a history matter.
-* ``<s>`` is a context-only token: as a target it always gets :data:`LOG_FLOOR` (the file's
-  unigram of ``<s>``, usually ``-99``, is kept but never used for prediction).
-* An unknown word is scored as ``<unk>`` when the file has ``<unk>``. Without it, an unknown word
-  maps to an extra ``<unk>`` id that has no n-grams: as a target it gets exactly
-  :data:`LOG_FLOOR` (SRILM's ``-99`` log10 "zero probability", converted to natural log), whatever
-  the context, and in a history it matches no n-gram, so the prediction backs off past it.
+:class:`NgramModel` is a dict view of what the one ARPA reader (:func:`lm.ngram.store.read_arpa_store`,
+the format and its checks in :mod:`lm.ngram.arpa`) reads, scored by one dictionary look-up per
+back-off step: the direct reading of the back-off definition in :mod:`lm.ngram.arpa`, against which
+the tests check :class:`lm.ngram.store.StoreScorer` (the batched scorer every door uses),
+mixtures, ``--old-lm`` and the Kneser-Ney builder. No serving path uses it (it was
+``lm/ngram/model.py``), so it lives beside its tests. Malformed input raises
+:class:`lm.ngram.arpa.ArpaFormatError` naming the source and line, from the one reader.
 """
 
 from __future__ import annotations
@@ -30,11 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lm.ngram.arpa import BOS, EOS, LOG10, LOG_FLOOR, UNK, ArpaFormatError
+from lm.ngram.arpa import BOS, EOS, LOG_FLOOR, UNK
 from lm.ngram.store import NgramStore, parse_arpa_store, read_arpa_store
-
-__all__ = ["BOS", "EOS", "LOG10", "LOG_FLOOR", "UNK", "ArpaFormatError", "Gram", "NgramModel", "NgramScorer",
-           "parse_arpa", "read_arpa", "sentence_logprob"]
 
 Gram = tuple[int, ...]
 

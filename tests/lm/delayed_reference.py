@@ -12,11 +12,11 @@ top block at time ``t + k - 1`` is the stack's output at time ``t``. The initial
 theorem (block ``i`` at time ``i - 1`` holds layer ``i``'s initial state) is imposed by
 :func:`run_delayed`.
 
-What it is for: the check that a stacked AFP model's context is what DESIGN.md claims (the
-background papers' delayed-RNN view of stacking: a k-layer stack is a single cell whose output
-lags by k - 1 steps, so its AFP context and the acausal window models' futures are counted right).
-Only the tests use it (tests/lm/test_model_properties.py); it is kept as the reference
-construction beside the models, not as a serving path.
+What it is for: the independent reference of the check that a stacked AFP model's context is
+what DESIGN.md claims (the background papers' delayed-RNN view of stacking: a k-layer stack is a
+single cell whose output lags by k - 1 steps, so its AFP context and the acausal window models'
+futures are counted right), ``test_stacked_elman_equals_delayed_single_layer_rnn`` in
+tests/lm/test_model_properties.py. No serving path uses it, so it lives beside its test, not in lm/.
 """
 
 from __future__ import annotations
