@@ -414,7 +414,7 @@ def test_n_best_of_a_large_lattice_survives_pruned_determinization_and_minimizat
     want = [(score, seq) for score, seq in want if score >= want[0][0] - beam]
     out_dag, out_labels = dag_of(out, w)  # deterministic: its best paths are its best distinct sequences
     got = [(score, tuple(out_labels[arcs][out_labels[arcs] >= 0].tolist()))
-           for score, arcs in k_best_distinct(out_dag, out_labels, len(want))]
+           for score, arcs in search_distinct(out_dag, out_labels, len(want)).found]
     assert [seq for _, seq in got] == [seq for _, seq in want]
     np.testing.assert_allclose([s for s, _ in got], [s for s, _ in want], atol=1e-6)
     assert len(want) > 3

@@ -24,7 +24,7 @@ from tests.service.test_rescore_cli import ARCHIVE
 
 WORDS_TXT = "".join(f"{w} {i}\n" for i, w in enumerate(WORDS))
 K2_JSON = k2_dict_to_json(transducer())  # words: cat sat, dog, or epsilon; token labels and lm_scores
-GZIPPED = gzip.compress(b'{"sentences": ["a"]}')
+GZIPPED = gzip.compress(b'{"sentences": ["a"]}', mtime=0)  # no timestamp: the same test ids in every xdist worker
 
 
 def hypotheses(response: Any) -> list[tuple[str, list[list[str]], list[float]]]:
