@@ -38,7 +38,7 @@ demo: install
 # The suite on TEST_JOBS pytest-xdist workers (default 2: the CI machine's cores); TEST_JOBS=0 runs it in one process.
 TEST_JOBS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS)
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
 # Build docker/Dockerfile.cpu with docker or podman (installed when missing and run as root) and
 # exercise the image: health, answers equal to the host's, non-root, read-only models, graceful stop.

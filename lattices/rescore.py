@@ -188,8 +188,11 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     plan = reduction(lattice, options, rho)
     if plan.reduce:
         exact_old = old_lm is not None
+        # the pruning stages rank paths as the first pass did: its own word penalty (the lattice's),
+        # not a tuned one, so the reduced lattice does not move with the request's weights
+        first_penalty = dataclasses.replace(options, word_penalty=None).scales_for(lattice)[1]
         reduced = reduce_lattice(lattice, rho, plan.budget, _ordering(lattice, options, acoustic_scale, exact_old),
-                                 acoustic_scale=acoustic_scale, word_penalty=word_penalty, score_weights=dict(own),
+                                 acoustic_scale=acoustic_scale, word_penalty=first_penalty, score_weights=dict(own),
                                  determinize_beam=options.determinize_beam,
                                  max_states=options.max_determinized_states, fit=options.auto_prune,
                                  skip=options.skip_words, deadline=options.deadline,
