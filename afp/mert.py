@@ -284,8 +284,7 @@ class LatticeLines:
         self.dag, self.arc_parts, self.final_parts = dag, arc_parts, final_parts
         self.vector, self.errors_of = vector, errors_of
         self.paths: dict[bytes, int] = {}  # a path's arcs -> its row in the table
-        self.parts: list[numpy.ndarray] = []  # (C,) per known path
-        self.table = numpy.empty((0, arc_parts.shape[1]))  # the rows of parts, stacked
+        self.table = numpy.empty((0, arc_parts.shape[1]))  # (K, C): the components of each known path
         self.path_errors: list[int] = []
         self.final_of = {state: i for i, state in enumerate(dag.finals.cpu().tolist())}
         self.passes = 0
@@ -356,9 +355,9 @@ class LatticeLines:
 
     def _add(self, arcs: numpy.ndarray) -> bool:
         """Add a path to the table; False when it was there already (a rounding difference)."""
-        known = len(self.parts)
+        known = len(self.table)
         self._known(arcs)
-        return len(self.parts) > known
+        return len(self.table) > known
 
     def _known(self, arcs: numpy.ndarray) -> int:
         """The table row of the path along ``arcs`` (ending in the final state of its last arc),
@@ -368,8 +367,7 @@ class LatticeLines:
         if row is None:
             final = self._final_index(arcs)
             parts = self.arc_parts[arcs].sum(axis=0) + self.final_parts[final]
-            row = self.paths[key] = len(self.parts)
-            self.parts.append(parts)
+            row = self.paths[key] = len(self.table)
             self.table = numpy.vstack([self.table, parts[None, :]])
             self.path_errors.append(int(self.errors_of(arcs)))
         return row
@@ -418,16 +416,12 @@ class LatticeSet:
     lattices are swept in groups of about the same number of points (powers of two: at most twice
     the cells they need), each of at most :data:`UNION_ARCS` arcs; a lattice whose envelope grew
     is checked again with the others that did. The answers are each lattice's own
-    (:meth:`LatticeLines.settle`); ``sweeps`` counts the sweeps run."""
+    (:meth:`LatticeLines.settle`)."""
 
     def __init__(self, lines: Sequence[LatticeLines], union_arcs: int = UNION_ARCS) -> None:
         self.lines = list(lines)
         self.union_arcs = union_arcs
         self._unions: dict[tuple[int, ...], DagUnion] = {}
-        self.sweeps = 0
-
-    def __len__(self) -> int:
-        return len(self.lines)
 
     def errors(self, point: dict[str, float]) -> list[int]:
         """Each lattice's best path's errors at ``point``."""
@@ -439,7 +433,7 @@ class LatticeSet:
               ) -> list[tuple[list[float], list[int]]]:
         """:meth:`LatticeLines.steps` of every lattice along the same line."""
         lines = [lattice.line(point, unit, lo, hi) for lattice in self.lines]
-        empty = [i for i, lattice in enumerate(self.lines) if not lattice.parts and lines[i].key not in lattice.answers]
+        empty = [i for i, lattice in enumerate(self.lines) if not len(lattice.table) and lines[i].key not in lattice.answers]
         if empty:  # a first path each to start the envelopes from
             found = self._best(empty, lines, {i: numpy.array([(lo + hi) / 2]) for i in empty})
             for i in empty:
@@ -494,7 +488,6 @@ class LatticeSet:
                ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
         """One multi-point sweep over the union of lattices ``members``, each at its ``points``
         (padded with its last point to the widest's)."""
-        self.sweeps += 1
         width = max(len(points[i]) for i in members)
         arc_scores, final_scores = [], []
         for i in members:

@@ -188,16 +188,16 @@ def _score(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, dev
     plan = reduction(lattice, options, rho)
     if plan.reduce:
         exact_old = old_lm is not None
-        # the pruning stages rank paths as the first pass did: its own word penalty (the lattice's),
-        # not a tuned one, so the reduced lattice does not move with the request's weights
-        first_penalty = dataclasses.replace(options, word_penalty=None).scales_for(lattice)[1]
+        # the reduction ranks paths as the first pass did: its own old-LM weight and word penalty (the
+        # lattice's), not tuned ones, so the reduced lattice does not move with the request's weights
+        first = dataclasses.replace(options, old_lm_weight=None, word_penalty=None)
         reduced = reduce_lattice(lattice, rho, plan.budget, _ordering(lattice, options, acoustic_scale, exact_old),
-                                 acoustic_scale=acoustic_scale, word_penalty=first_penalty, score_weights=dict(own),
+                                 acoustic_scale=acoustic_scale, word_penalty=first.scales_for(lattice)[1],
+                                 score_weights=dict(own),
                                  determinize_beam=options.determinize_beam,
                                  max_states=options.max_determinized_states, fit=options.auto_prune,
                                  skip=options.skip_words, deadline=options.deadline,
-                                 first_pass=_ordering(lattice, dataclasses.replace(options, old_lm_weight=None),
-                                                      acoustic_scale, exact_old))
+                                 first_pass=_ordering(lattice, first, acoustic_scale, exact_old))
         lattice, stages = reduced.lattice, reduced.stats()
         if reduced.pruned is not None:
             pruned_report = {**(pruned_report or {}), **reduced.pruned}

@@ -244,7 +244,10 @@ class DagUnion:
         self.finals = np.concatenate([f + off for f, off in zip(finals, self.state_offsets)])
         self.graph_of_final = np.repeat(np.arange(self.count), [len(f) for f in finals])
         self.runs = self._merged_runs(dags)
-        self._order: tuple[np.ndarray, list[int]] | None = None
+        sizes = [len(run[0]) for run in self.runs]
+        #: the arcs in sweep order (level by level, as ``runs``) and each level's offsets in it
+        self.order = np.concatenate([run[0] for run in self.runs]) if self.runs else np.empty(0, np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
 
     def _merged_runs(self, dags: list[Dag]) -> list[tuple[np.ndarray, ...]]:
         """Per union level: :meth:`Dag._into_state_runs` of every graph's level, concatenated
@@ -263,15 +266,6 @@ class DagUnion:
             out.append((arcs, frm, starts, lengths, into, np.arange(len(arcs))[:, None]))
         return out
 
-    @property
-    def _arc_order(self) -> tuple[np.ndarray, list[int]]:
-        """The arcs in sweep order (level by level, as :attr:`runs`) and each level's offsets."""
-        if self._order is None:
-            sizes = [len(run[0]) for run in self.runs]
-            self._order = (np.concatenate([run[0] for run in self.runs]) if self.runs else np.empty(0, np.int64),
-                           np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist())
-        return self._order
-
     def best_paths(self, score: np.ndarray, final_score: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]]]:
         """The best complete path of every graph under each of ``T`` score settings: column ``t`` of
         ``score`` (float64 ``(X, T)``) and ``final_score`` (``(G, T)``) is a setting of every graph's
@@ -286,8 +280,8 @@ class DagUnion:
         alpha[self.starts] = 0.0
         none = self.src.shape[0]
         back = np.full((self.num_states, columns), none, dtype=np.int64)
-        order, offsets = self._arc_order
-        in_order = score[order]  # one gather: each level's scores are then a contiguous slice
+        offsets = self.offsets
+        in_order = score[self.order]  # one gather: each level's scores are then a contiguous slice
         for level, (arcs, frm, starts, lengths, states, positions) in enumerate(self.runs):
             cand = alpha[frm]
             cand += in_order[offsets[level]:offsets[level + 1]]
