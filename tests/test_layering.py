@@ -15,11 +15,29 @@ REPO = Path(__file__).resolve().parents[1]
 SERVING_ONLY = ("fastapi", "uvicorn", "pydantic", "lhotse", "matplotlib", "starlette")
 
 
-def imported_after(statement: str) -> set[str]:
-    """The top-level and ``service.*`` modules a fresh interpreter holds after ``statement``."""
-    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+#: run in a fresh interpreter: torch and numpy (which every layer imports) once, then each statement
+#: in a child forked from it, which prints the modules it then holds
+_FORKING = """
+import json, os, sys
+import numpy, torch
+for statement in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        exec(statement, {})
+        print(json.dumps(sorted(sys.modules)), flush=True)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0, statement
+"""
+
+
+def imported_after(*statements: str) -> list[set[str]]:
+    """The modules a fresh interpreter holds after each of ``statements`` (each on its own: see
+    :data:`_FORKING`; torch and numpy are imported before any)."""
+    done = subprocess.run([sys.executable, "-c", _FORKING, json.dumps(statements)], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == len(statements), done.stderr
+    return [set(json.loads(line)) for line in lines]
 
 
 def modules_of(*packages: str) -> list[str]:
@@ -31,34 +49,52 @@ def core_modules() -> list[str]:
     return modules_of("lm", "lattices")
 
 
-def test_the_core_imports_no_serving_library():
-    statement = "\n".join(f"import {name}" for name in core_modules())
-    loaded = imported_after(statement)
+def importing(modules: list[str]) -> str:
+    return "\n".join(f"import {name}" for name in modules)
+
+
+#: what each check imports, by name
+STATEMENTS = {"core": importing(core_modules()), "service.engine": "import service.engine",
+              "service.app": "import service.app", "afp": importing(modules_of("afp")),
+              "lattices": importing(modules_of("lattices")), "json": "import json", "fastapi": "import fastapi"}
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, set[str]]:
+    """The modules held after each of :data:`STATEMENTS`, each in a fresh interpreter's fork."""
+    return dict(zip(STATEMENTS, imported_after(*STATEMENTS.values())))
+
+
+def test_the_core_imports_no_serving_library(loaded):
     assert len(core_modules()) > 10
-    assert {name.split(".")[0] for name in loaded} & set(SERVING_ONLY) == set()
+    assert set(core_modules()) <= loaded["core"]
+    assert {name.split(".")[0] for name in loaded["core"]} & set(SERVING_ONLY) == set()
 
 
 @pytest.mark.parametrize("module", ["service.engine", "service.app"])
-def test_the_http_engine_does_not_import_the_batch_job_modules(module):
-    loaded = imported_after(f"import {module}")
-    assert module in loaded
-    assert {"afp.jobs", "afp.outputs", "afp.tune", "afp.cuts", "service.cli"} & loaded == set()
+def test_the_http_engine_does_not_import_the_batch_job_modules(loaded, module):
+    assert module in loaded[module]
+    assert {"afp.jobs", "afp.outputs", "afp.tune", "afp.cuts", "service.cli"} & loaded[module] == set()
 
 
-def test_the_library_imports_neither_the_server_nor_the_cli():
+def test_the_library_imports_neither_the_server_nor_the_cli(loaded):
     modules = modules_of("afp")
     assert {"afp.jobs", "afp.tune", "afp.wer", "afp.cuts", "afp.outputs", "afp.batching"} <= set(modules)
-    loaded = imported_after("\n".join(f"import {name}" for name in modules))
-    assert {name for name in loaded if name.split(".")[0] == "service"} == set()
-    assert {name.split(".")[0] for name in loaded} & {"fastapi", "uvicorn", "starlette"} == set()
+    assert set(modules) <= loaded["afp"]
+    assert {name for name in loaded["afp"] if name.split(".")[0] == "service"} == set()
+    assert {name.split(".")[0] for name in loaded["afp"]} & {"fastapi", "uvicorn", "starlette"} == set()
 
 
-def test_the_lattice_engine_imports_nothing_of_the_lm_package():
+def test_the_lattice_engine_imports_nothing_of_the_lm_package(loaded):
     """DESIGN.md: ``lattices/`` knows an LM only through its protocol (``lattices.scorer``)."""
-    modules = modules_of("lattices")
-    loaded = imported_after("\n".join(f"import {name}" for name in modules))
-    assert set(modules) <= loaded
-    assert {name for name in loaded if name.split(".")[0] == "lm"} == set()
+    assert set(modules_of("lattices")) <= loaded["lattices"]
+    assert {name for name in loaded["lattices"] if name.split(".")[0] == "lm"} == set()
+
+
+def test_a_check_sees_what_its_statement_imports(loaded):
+    """The forked children report their own imports, not their parent's or their siblings'."""
+    json_only, fastapi_too = loaded["json"], loaded["fastapi"]
+    assert "torch" in json_only and "fastapi" not in json_only and "fastapi" in fastapi_too
 
 
 def imports_of(module: str, top_level: bool = False) -> set[str]:

@@ -18,7 +18,7 @@ from tests.factories import LATTICE_SYMBOLS, all_paths, random_lattice, saved_mo
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "kaldi" / "afp_lmrescore.sh"
 RUN_JOBS = REPO / "examples" / "kaldi" / "run_jobs.sh"
-NUM_JOBS = 3
+NUM_JOBS = 2  #: two jobs show the split (each is an afp process: seconds)
 
 
 @pytest.fixture(scope="module")

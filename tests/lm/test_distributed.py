@@ -13,7 +13,16 @@ import torch.multiprocessing as mp
 from tests.factories import free_port, patterned_sentences, random_sentences, saved_model, write_text
 
 WORLD = 2
+#: ranks fork from one server that has torch and this module imported already (spawn re-imports both,
+#: seconds per rank); the server is single-threaded, so forking it is safe
+START = "forkserver"
+mp.set_forkserver_preload(["torch", "lm.train", "lm.evaluate", __name__])
 BUDGET = 80  #: logits at a time in validation: a few positions per batch, so there are many batches
+
+
+def run_ranks(worker, *args) -> None:
+    """Run ``worker(rank, *args)`` in :data:`WORLD` processes and wait for them all."""
+    mp.start_processes(worker, args=args, nprocs=WORLD, join=True, start_method=START)
 
 
 def _join(rank: int, port: int) -> None:
@@ -58,7 +67,7 @@ def test_ranks_draw_different_dropout_masks_and_keep_identical_parameters(tmp_pa
     # every sentence has 7 words, so both ranks' first batches (and dropout masks) have one shape
     sentences = [s[:7] for s in patterned_sentences(40, seed=1)]
     train_path = write_text(tmp_path / "train.txt", sentences)
-    mp.spawn(_first_step_worker, args=(free_port(), str(train_path), str(tmp_path), future), nprocs=WORLD, join=True)
+    run_ranks(_first_step_worker, free_port(), str(train_path), str(tmp_path), future)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     assert ranks[0]["mask"].shape == ranks[1]["mask"].shape
     assert 0.3 < ranks[0]["mask"].float().mean() < 0.7  # dropout 0.5 really ran
@@ -106,8 +115,7 @@ def test_sharded_validation_equals_the_single_process_perplexity(tmp_path, field
     model_dir = saved_model(tmp_path / "model", cell="gru", **fields)
     sentences = random_sentences(50, seed=8, max_len=14)
     valid_path = write_text(tmp_path / "valid.txt", sentences)
-    mp.spawn(_validation_worker, args=(free_port(), str(model_dir), str(valid_path), str(tmp_path)), nprocs=WORLD,
-             join=True)
+    run_ranks(_validation_worker, free_port(), str(model_dir), str(valid_path), str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     loaded = load_checkpoint(model_dir)
     # one process, the same budget: each sentence is scored in the same batch, only the sum's order differs
@@ -146,8 +154,7 @@ def test_a_ddp_run_stopped_mid_epoch_resumes_exactly(tmp_path):
     # 80 sentences: 8 batches an epoch, 4 per rank; max_steps 6 stops half-way through epoch 2
     train_path = write_text(tmp_path / "train.txt", patterned_sentences(80, seed=1))
     valid_path = write_text(tmp_path / "valid.txt", patterned_sentences(20, seed=2))
-    mp.spawn(_resume_worker, args=(free_port(), str(train_path), str(valid_path), str(tmp_path)), nprocs=WORLD,
-             join=True)
+    run_ranks(_resume_worker, free_port(), str(train_path), str(valid_path), str(tmp_path))
     state = json.loads((tmp_path / "cut" / "resume" / "state.json").read_text())
     assert (state["step"], state["world_size"], len(state["rng"])) == (8, 2, 2)
     metrics = [[json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
