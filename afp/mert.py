@@ -39,7 +39,7 @@ import numpy
 import torch
 
 from lattices.scored import POINT_WEIGHTS, component_vector, point_weights
-from lattices.search import Dag, DagUnion
+from lattices.search import ArcLines, Dag, DagUnion
 
 #: the search range of each coordinate (score weights: ``score:*``); natural bounds in NATURAL
 RANGES = {"lm_weight": (0.0, 3.0), "old_lm_weight": (0.0, 3.0), "word_penalty": (-10.0, 10.0),
@@ -489,13 +489,11 @@ class LatticeSet:
         """One multi-point sweep over the union of lattices ``members``, each at its ``points``
         (padded with its last point to the widest's)."""
         width = max(len(points[i]) for i in members)
-        arc_scores, final_scores = [], []
-        for i in members:
-            line, at = lines[i], points[i]
-            at = numpy.concatenate([at, numpy.full(width - len(at), at[-1])])
-            arc_scores.append(line.a_arc[:, None] + line.g_arc[:, None] * at[None, :])
-            final_scores.append(line.a_fin[:, None] + line.g_fin[:, None] * at[None, :])
-        totals, paths = self._union(members).best_paths(numpy.concatenate(arc_scores), numpy.concatenate(final_scores))
+        at = numpy.stack([numpy.concatenate([points[i], numpy.full(width - len(points[i]), points[i][-1])])
+                          for i in members])  # (N, width): each padded with its last point
+        scores = ArcLines(*(numpy.concatenate([getattr(lines[i], name) for i in members])
+                            for name in ("a_arc", "g_arc", "a_fin", "g_fin")))
+        totals, paths = self._union(members).best_paths(scores, at)
         out = {}
         for k, i in enumerate(members):
             self.lines[i].passes += 1

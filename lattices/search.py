@@ -168,42 +168,54 @@ class Dag:
         return float(ends[top]), torch.tensor(arcs[::-1], dtype=torch.int64)
 
     @_graph_cached
-    def _into_state_runs(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Per level of destinations: its arc ids sorted by destination (arc id order within
-        one), their sources, where each destination's run starts, the runs' lengths, the
-        destinations and the arcs' positions ``(n, 1)``: a level's maxima are then one
-        ``reduceat`` per level (:meth:`best_paths`)."""
-        order, offsets = self._by_dst_level
-        src, dst = self._arrays
-        runs = []
-        for i in range(len(offsets) - 1):
-            arcs = order[offsets[i]:offsets[i + 1]]
-            arcs = arcs[np.argsort(dst[arcs], kind="stable")]
-            into = dst[arcs]
-            new = np.ones(len(arcs), dtype=bool)
-            new[1:] = into[1:] != into[:-1]
-            starts = np.flatnonzero(new)
-            lengths = np.diff(np.append(starts, len(arcs)))
-            runs.append((arcs, src[arcs], starts, lengths, into[starts], np.arange(len(arcs))[:, None]))
-        return runs
+    def _incoming(self) -> tuple[np.ndarray, np.ndarray]:
+        """The arc ids sorted by destination (arc id order within one) and where each state's run
+        starts (``S + 1`` offsets): the arcs into state ``s`` are ``into[at[s]:at[s + 1]]``."""
+        dst = self._arrays[1]
+        into = np.argsort(dst, kind="stable")
+        return into, np.searchsorted(dst[into], np.arange(self.num_states + 1))
 
-    def best_paths(self, score: np.ndarray, final_score: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The best complete path under each of ``T`` score settings at once: column ``t`` of
-        ``score`` (float64 ``(X, T)``) and ``final_score`` (``(G, T)``) are one setting's arc and
-        final scores (this Dag's own are not used). Returns float64 ``(T,)`` best totals and, per
-        column, the path's arc ids (int64, path order): the path :meth:`best_path` returns under
-        that column's scores (a state's ties to its lowest incoming arc id, the first of equal
-        final states). :meth:`DagUnion.best_paths` of this Dag alone (the deadline is checked
-        once, before the sweep). Raises ``ValueError`` when no final state is reachable."""
+    def best_paths(self, lines: ArcLines, points: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The best complete path at each of ``T`` points along a line: at point ``t`` of
+        ``points`` (float64 ``(T,)``) an arc scores ``lines.arc_a + t * lines.arc_g`` and a final
+        state ``lines.final_a + t * lines.final_g`` (this Dag's own scores are not used). Returns
+        float64 ``(T,)`` best totals and, per point, the path's arc ids (int64, path order): the
+        path :meth:`best_path` returns under that point's scores (a state's ties to its lowest
+        incoming arc id, the first of equal final states). :meth:`DagUnion.best_paths` of this
+        Dag alone (the deadline is checked once, before the sweep). Raises ``ValueError`` when no
+        final state is reachable."""
         if self.deadline is not None:
             check_deadline(self.deadline)
-        totals, (paths,) = self._alone.best_paths(score, final_score)
+        totals, (paths,) = self._alone.best_paths(lines, np.asarray(points, dtype=np.float64)[None, :])
         return totals[0], paths
 
     @_graph_cached
     def _alone(self) -> DagUnion:
         """This graph as a union of one (:meth:`best_paths`)."""
         return DagUnion([self])
+
+
+@dataclass(frozen=True)
+class ArcLines:
+    """Scores along a line: an arc scores ``arc_a + t * arc_g`` at point ``t`` (float64 ``(X,)``
+    each), a final state ``final_a + t * final_g`` (``(G,)`` each), in the graph's arc and final
+    order (:meth:`Dag.best_paths`, :meth:`DagUnion.best_paths`)."""
+
+    arc_a: np.ndarray
+    arc_g: np.ndarray
+    final_a: np.ndarray
+    final_g: np.ndarray
+
+    def arc_scores(self, arcs: np.ndarray, at: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """float64: the scores of ``arcs`` (int ``(n,)``) at points ``at`` (``(n,)``, or ``(n, T)``:
+        ``T`` points each), computed one way everywhere (``g * t + a``), so that equal inputs give
+        equal bits; into ``out`` (which may be ``at``) when given."""
+        g, a = self.arc_g[arcs], self.arc_a[arcs]
+        if at.ndim > g.ndim:
+            g, a = g[:, None], a[:, None]
+        out = np.multiply(g, at, out=out)
+        out += a
+        return out
 
 
 def _scatter_logsumexp(target: Tensor, index: Tensor, values: Tensor) -> Tensor:
@@ -231,68 +243,48 @@ class DagUnion:
             raise ValueError("a union of no graphs")
         self.count = len(dags)
         arcs = [d._arrays[0].shape[0] for d in dags]
-        states = [d.num_states for d in dags]
         finals = [d.finals.cpu().numpy() for d in dags]
         self.arc_offsets = np.concatenate([[0], np.cumsum(arcs)]).astype(np.int64)
-        self.state_offsets = np.concatenate([[0], np.cumsum(states)]).astype(np.int64)
+        self.state_offsets = np.concatenate([[0], np.cumsum([d.num_states for d in dags])]).astype(np.int64)
         self.final_offsets = np.concatenate([[0], np.cumsum([len(f) for f in finals])]).astype(np.int64)
         if any(len(f) == 0 for f in finals):
             raise ValueError("no complete path: a graph has no final state")
         self.num_states = int(self.state_offsets[-1])
         self.src = np.concatenate([d._arrays[0] + off for d, off in zip(dags, self.state_offsets)])
+        dst = np.concatenate([d._arrays[1] + off for d, off in zip(dags, self.state_offsets)])
         self.starts = np.array([d.start for d in dags], dtype=np.int64) + self.state_offsets[:-1]
         self.finals = np.concatenate([f + off for f, off in zip(finals, self.state_offsets)])
         self.graph_of_final = np.repeat(np.arange(self.count), [len(f) for f in finals])
-        self.runs = self._merged_runs(dags)
-        sizes = [len(run[0]) for run in self.runs]
-        #: the arcs in sweep order (level by level, as ``runs``) and each level's offsets in it
-        self.order = np.concatenate([run[0] for run in self.runs]) if self.runs else np.empty(0, np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+        self.graph_of_arc = np.repeat(np.arange(self.count), arcs)
+        # the arcs level by level: each graph's arcs by the level of their destination (its k-th
+        # level with arcs is the union's k-th), graph by graph within a level
+        by_level = [d._by_dst_level for d in dags]
+        rank = np.concatenate([np.repeat(np.arange(len(offsets) - 1, dtype=np.int32), np.diff(offsets))
+                               for _, offsets in by_level])
+        ordered = np.concatenate([order + off for (order, _), off in zip(by_level, self.arc_offsets)])
+        #: the arcs in sweep order, each level's offsets in it, and the arcs' ends in that order
+        self.order = ordered[np.argsort(rank, kind="stable")]
+        self.offsets = np.concatenate([[0], np.cumsum(np.bincount(rank))]).astype(int).tolist()
+        self.frm, self.to = self.src[self.order], dst[self.order]
+        self.graph_in_order = self.graph_of_arc[self.order]
+        incoming = [d._incoming for d in dags]
+        self.into = np.concatenate([into + off for (into, _), off in zip(incoming, self.arc_offsets)])
+        self.into_at = np.concatenate([*(at[:-1] + off for (_, at), off in zip(incoming, self.arc_offsets)),
+                                       [self.arc_offsets[-1]]])
 
-    def _merged_runs(self, dags: list[Dag]) -> list[tuple[np.ndarray, ...]]:
-        """Per union level: :meth:`Dag._into_state_runs` of every graph's level, concatenated
-        with the union's ids (arcs, sources, run starts, run lengths, destinations, positions)."""
-        per_graph = [d._into_state_runs for d in dags]
-        out = []
-        for level in range(max(len(runs) for runs in per_graph)):
-            parts = [(g, runs[level]) for g, runs in enumerate(per_graph) if level < len(runs)]
-            sizes = np.array([len(run[0]) for _, run in parts], dtype=np.int64)
-            shift = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            arcs = np.concatenate([run[0] + self.arc_offsets[g] for g, run in parts])
-            frm = np.concatenate([run[1] + self.state_offsets[g] for g, run in parts])
-            starts = np.concatenate([run[2] + s for (_, run), s in zip(parts, shift)])
-            lengths = np.concatenate([run[3] for _, run in parts])
-            into = np.concatenate([run[4] + self.state_offsets[g] for g, run in parts])
-            out.append((arcs, frm, starts, lengths, into, np.arange(len(arcs))[:, None]))
-        return out
-
-    def best_paths(self, score: np.ndarray, final_score: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]]]:
-        """The best complete path of every graph under each of ``T`` score settings: column ``t`` of
-        ``score`` (float64 ``(X, T)``) and ``final_score`` (``(G, T)``) is a setting of every graph's
-        arcs and final states (the graphs' own scores are not used). Returns float64 ``(N, T)``
-        best totals of the ``N`` graphs and, per graph and column, the path's arc ids in the graph's
-        own numbering (int64, path order): :meth:`Dag.best_path`'s path under that column's scores
-        (a state's ties to its lowest incoming arc id, the first of equal final states). One level
-        sweep for all (a ``reduceat`` per level: every arc into a state is in that state's level).
+    def best_paths(self, lines: ArcLines, points: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+        """The best complete path of every graph at each of its ``T`` points along a line: graph
+        ``n``'s arcs and final states score as :class:`ArcLines` ``lines`` (the union's arc and
+        final order) say at point ``points[n, t]`` (float64 ``(N, T)``; the graphs' own scores are
+        not used). Returns float64 ``(N, T)`` best totals and, per graph and point, the path's arc
+        ids in the graph's own numbering (int64, path order): :meth:`Dag.best_path`'s path under
+        that point's scores (a state's ties to its lowest incoming arc id, the first of equal
+        final states). One level sweep for all that keeps the best scores only
+        (:meth:`forward_max`), then one walk back from the best final states (:meth:`_walk_back`).
         Raises ``ValueError`` naming the first graph with no reachable final state."""
-        columns = score.shape[1]
-        alpha = np.full((self.num_states, columns), NEG_INF)
-        alpha[self.starts] = 0.0
-        none = self.src.shape[0]
-        back = np.full((self.num_states, columns), none, dtype=np.int64)
-        offsets = self.offsets
-        in_order = score[self.order]  # one gather: each level's scores are then a contiguous slice
-        for level, (arcs, frm, starts, lengths, states, positions) in enumerate(self.runs):
-            cand = alpha[frm]
-            cand += in_order[offsets[level]:offsets[level + 1]]
-            best = np.maximum.reduceat(cand, starts, axis=0)
-            alpha[states] = best
-            count = len(arcs)
-            position = np.where(cand == np.repeat(best, lengths, axis=0), positions, count)
-            first = np.minimum.reduceat(position, starts, axis=0)
-            chosen = arcs[np.minimum(first, count - 1)]
-            chosen[best == NEG_INF] = none  # not reached in this column: no back-pointer
-            back[states] = chosen
+        in_order = np.take(points, self.graph_in_order, axis=0)  # (X, T): each arc's graph's points
+        alpha = self.forward_max(lines.arc_scores(self.order, in_order, out=in_order))
+        final_score = lines.final_g[:, None] * points[self.graph_of_final] + lines.final_a[:, None]
         ends = alpha[self.finals] + final_score  # (G, T)
         groups = self.final_offsets[:-1]
         top_score = np.maximum.reduceat(ends, groups, axis=0)  # (N, T)
@@ -302,18 +294,61 @@ class DagUnion:
         rows = np.arange(len(self.finals))[:, None]
         first_top = np.where(ends == top_score[self.graph_of_final], rows, len(self.finals))
         top = np.minimum.reduceat(first_top, groups, axis=0)  # (N, T): the first of equal finals
-        state, steps, everything = self.finals[top], [], np.arange(columns)
-        while True:
-            arc = back[state, everything]
-            going = arc < none
-            if not going.any():
-                break
-            steps.append(np.where(going, arc, -1))
-            state = np.where(going, self.src[np.minimum(arc, none - 1)], state)
-        walked = np.stack(steps[::-1]) if steps else np.empty((0, self.count, columns), dtype=np.int64)
+        return top_score, self._walk_back(alpha, lines, points, self.finals[top])
+
+    def forward_max(self, in_order: np.ndarray) -> np.ndarray:
+        """float64 ``(S, T)``: each state's best score from its graph's start under each column of
+        ``in_order`` (the arcs' scores ``(X, T)`` in sweep order, :attr:`order`). A level is one
+        gather, one add and one ``maximum.at`` into the flattened scores (a tenth of the time of
+        a ``reduceat`` over the destinations' runs, which are a few arcs long)."""
+        columns = in_order.shape[1]
+        alpha = np.full((self.num_states, columns), NEG_INF)
+        alpha[self.starts] = 0.0
+        flat, step = alpha.reshape(-1), np.arange(columns)
+        offsets = self.offsets
+        for level in range(len(offsets) - 1):
+            part = slice(offsets[level], offsets[level + 1])
+            cand = np.take(alpha, self.frm[part], axis=0)
+            cand += in_order[part]
+            cells = self.to[part][:, None] * columns + step  # where each arc's scores go in flat
+            np.maximum.at(flat, cells.reshape(-1), cand.reshape(-1))
+        return alpha
+
+    def _walk_back(self, alpha: np.ndarray, lines: ArcLines, points: np.ndarray, ends: np.ndarray
+                   ) -> list[list[np.ndarray]]:
+        """Per graph and column, the arcs of the best path into state ``ends[g, t]`` (``(N, T)``)
+        under ``alpha`` (:meth:`forward_max`) and the arcs' ``lines`` at their graphs' ``points``
+        (``(N, T)``): from each
+        state back along its lowest-id incoming arc whose source's best plus its score is the
+        state's best (the sum the sweep took its maximum of, so equal to it bit for bit), until a
+        state no such arc enters (the start). All (graph, column) pairs walk at once."""
+        columns = alpha.shape[1]
+        pair_state = ends.reshape(-1).copy()
+        pair_column = np.tile(np.arange(columns), self.count)
+        steps: list[np.ndarray] = []
+        active = np.flatnonzero(self.into_at[pair_state + 1] > self.into_at[pair_state])
+        while active.shape[0]:
+            state, column = pair_state[active], pair_column[active]
+            lo, count = self.into_at[state], self.into_at[state + 1] - self.into_at[state]
+            begin = np.cumsum(count) - count  # each pair's first candidate in the flattened candidates
+            run = np.repeat(np.arange(active.shape[0]), count)
+            arcs = self.into[np.repeat(lo - begin, count) + np.arange(run.shape[0])]
+            col = column[run]
+            target = alpha[state, column]
+            hit = (alpha[self.src[arcs], col] + lines.arc_scores(arcs, points[self.graph_of_arc[arcs], col]) == target[run]) & (target[run] > NEG_INF)
+            first = np.minimum.reduceat(np.where(hit, np.arange(run.shape[0]), run.shape[0]), begin)
+            found = first < run.shape[0]
+            taken = np.full(pair_state.shape[0], -1, dtype=np.int64)
+            active = active[found]
+            taken[active] = arcs[first[found]]
+            steps.append(taken)
+            pair_state[active] = self.src[taken[active]]
+            active = active[self.into_at[pair_state[active] + 1] > self.into_at[pair_state[active]]]
+        walked = np.stack(steps[::-1]) if steps else np.empty((0, pair_state.shape[0]), dtype=np.int64)
+        walked = walked.reshape(walked.shape[0], self.count, columns)
         paths = []
         for g in range(self.count):
             offset = self.arc_offsets[g]
             graph = walked[:, g, :]
             paths.append([graph[:, t][graph[:, t] >= 0] - offset for t in range(columns)])
-        return top_score, paths
+        return paths

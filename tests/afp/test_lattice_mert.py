@@ -39,16 +39,40 @@ def best_errors(dag: Dag, arc_parts, final_parts, errors_of, vector) -> int:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_best_paths_is_best_path_for_every_column(seed):
+def test_best_paths_is_best_path_at_every_point(seed):
+    from lattices.search import ArcLines
+
     _, dag, arc_parts, final_parts, _ = graph(seed, integer=seed % 2 == 0)
     rng = numpy.random.default_rng(100 + seed)
-    vectors = rng.integers(-2, 3, (3, 9)).astype(float) if seed % 2 == 0 else rng.normal(size=(3, 9))
-    values, paths = dag.best_paths(arc_parts @ vectors, final_parts @ vectors)
-    for t in range(vectors.shape[1]):
-        scored = dag.with_scores(torch.from_numpy(arc_parts @ vectors[:, t]), torch.from_numpy(final_parts @ vectors[:, t]))
+    v, dv = (rng.integers(-2, 3, (2, 3)).astype(float) if seed % 2 == 0 else rng.normal(size=(2, 3)))
+    lines = ArcLines(arc_parts @ v, arc_parts @ dv, final_parts @ v, final_parts @ dv)
+    points = numpy.array([-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 3.0, 0.5])  # a repeated point too
+    values, paths = dag.best_paths(lines, points)
+    for t, at in enumerate(points):
+        arc_score = lines.arc_scores(numpy.arange(len(lines.arc_a)), numpy.full(len(lines.arc_a), at))
+        scored = dag.with_scores(torch.from_numpy(arc_score), torch.from_numpy(lines.final_g * at + lines.final_a))
         value, arcs = scored.best_path()
         assert paths[t].tolist() == arcs.tolist()
         assert values[t] == pytest.approx(value, abs=1e-9)
+
+
+def test_a_union_finds_each_graphs_own_best_paths():
+    """DagUnion: graphs of different depths swept as one give each graph's paths at its own points."""
+    from lattices.search import ArcLines, DagUnion
+
+    graphs = [graph(seed, integer=seed % 2 == 0) for seed in range(5)]
+    rng = numpy.random.default_rng(7)
+    v, dv = rng.integers(-2, 3, (2, 3)).astype(float)
+    alone = [(g[1], ArcLines(g[2] @ v, g[2] @ dv, g[3] @ v, g[3] @ dv)) for g in graphs]
+    points = rng.normal(size=(len(graphs), 4))
+    union = DagUnion([dag for dag, _ in alone])
+    joined = ArcLines(*(numpy.concatenate([getattr(lines, name) for _, lines in alone])
+                        for name in ("arc_a", "arc_g", "final_a", "final_g")))
+    totals, paths = union.best_paths(joined, points)
+    for n, (dag, lines) in enumerate(alone):
+        own_totals, own_paths = dag.best_paths(lines, points[n])
+        assert totals[n].tolist() == own_totals.tolist()
+        assert [p.tolist() for p in paths[n]] == [p.tolist() for p in own_paths]
 
 
 def step_value(cuts: list[float], values: list[int], t: float) -> int:
