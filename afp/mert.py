@@ -342,7 +342,7 @@ class LatticeLines:
         ``best``), or None when a path scored above the candidate ``envelope`` (it joined the
         table: check again). When none did, the candidate envelope is the lattice's own (a convex
         function that meets a line at both ends of a segment is that line in between)."""
-        above = best > envelope + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
+        above = _above(best, envelope)
         grew = False
         for k in numpy.flatnonzero(above).tolist():
             grew |= self._add(paths[k])
@@ -378,6 +378,26 @@ class LatticeLines:
         return self.final_of[state]
 
 
+def _above(best: numpy.ndarray, envelope: numpy.ndarray) -> numpy.ndarray:
+    """Where a best path scored above the candidate envelope (beyond rounding): bool, the shape of both."""
+    return best > envelope + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
+
+
+def _paths_settle_reads(plan: tuple[list[float], numpy.ndarray, numpy.ndarray]
+                        ) -> Callable[[numpy.ndarray], numpy.ndarray]:
+    """Which points' paths :meth:`LatticeLines.settle` reads of a candidate ``plan``: those above
+    its envelope and the segments' middles (a function of the best totals)."""
+    cuts, _, envelope = plan
+    first_middle = len(cuts) + 2
+
+    def wanted(best: numpy.ndarray) -> numpy.ndarray:
+        needed = _above(best, envelope)
+        needed[first_middle:] = True
+        return needed
+
+    return wanted
+
+
 @dataclass(frozen=True)
 class _Line:
     """A lattice's scores along a line: the weight vector ``v`` and its step ``dv`` (``(C,)``), the
@@ -411,7 +431,8 @@ UNIONS_KEPT = 64
 
 class LatticeSet:
     """Lattices (:class:`LatticeLines`) searched together: a line search's check of every lattice
-    is a few multi-point Viterbi sweeps over unions of them (:class:`lattices.search.DagUnion`),
+    is a few multi-point Viterbi sweeps over unions of them (:class:`lattices.search.DagUnion`; a
+    sweep walks back only the paths :meth:`LatticeLines.settle` reads),
     not one sweep per lattice. A sweep's arrays are as wide as its widest lattice's points, so the
     lattices are swept in groups of about the same number of points (powers of two: at most twice
     the cells they need), each of at most :data:`UNION_ARCS` arcs; a lattice whose envelope grew
@@ -444,7 +465,8 @@ class LatticeSet:
         pending = [i for i, answer in enumerate(results) if answer is None]
         while pending:
             plans = {i: self.lines[i].candidate(lines[i]) for i in pending}
-            found = self._best(pending, lines, {i: plans[i][1] for i in pending})
+            found = self._best(pending, lines, {i: plans[i][1] for i in pending},
+                               {i: _paths_settle_reads(plans[i]) for i in pending})
             again = []
             for i in pending:
                 answer = self.lines[i].settle(*plans[i], *found[i])
@@ -456,10 +478,13 @@ class LatticeSet:
             lattice.remember(key, answer)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
 
-    def _best(self, which: Sequence[int], lines: list[_Line], points: dict[int, numpy.ndarray]
-              ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
+    def _best(self, which: Sequence[int], lines: list[_Line], points: dict[int, numpy.ndarray],
+              wanted: dict[int, Callable[[numpy.ndarray], numpy.ndarray]] | None = None
+              ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray | None]]]:
         """The best path's totals and arcs of lattices ``which`` at each of their ``points`` along
-        their ``lines``: swept in groups of lattices with about as many points (the class docstring)."""
+        their ``lines``: swept in groups of lattices with about as many points (the class
+        docstring). With ``wanted``, only the paths a lattice's function of its totals asks for
+        (bool, one per point) are walked back; the others are None."""
         groups: dict[int, list[list[int]]] = {}
         for i in sorted(which, key=lambda i: len(points[i])):
             chunks = groups.setdefault(max(len(points[i]) - 1, 0).bit_length(), [[]])
@@ -469,7 +494,7 @@ class LatticeSet:
         out: dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]] = {}
         for chunks in groups.values():
             for members in chunks:
-                out.update(self._sweep(tuple(members), lines, points))
+                out.update(self._sweep(tuple(members), lines, points, wanted))
         return out
 
     def _union(self, members: tuple[int, ...]) -> DagUnion:
@@ -484,16 +509,25 @@ class LatticeSet:
         self._unions[members] = union  # the most recently used last
         return union
 
-    def _sweep(self, members: tuple[int, ...], lines: list[_Line], points: dict[int, numpy.ndarray]
-               ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
+    def _sweep(self, members: tuple[int, ...], lines: list[_Line], points: dict[int, numpy.ndarray],
+               wanted: dict[int, Callable[[numpy.ndarray], numpy.ndarray]] | None = None
+               ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray | None]]]:
         """One multi-point sweep over the union of lattices ``members``, each at its ``points``
-        (padded with its last point to the widest's)."""
+        (padded with its last point to the widest's), walking back the paths ``wanted`` (:meth:`_best`)."""
         width = max(len(points[i]) for i in members)
         at = numpy.stack([numpy.concatenate([points[i], numpy.full(width - len(points[i]), points[i][-1])])
                           for i in members])  # (N, width): each padded with its last point
         scores = ArcLines(*(numpy.concatenate([getattr(lines[i], name) for i in members])
                             for name in ("a_arc", "g_arc", "a_fin", "g_fin")))
-        totals, paths = self._union(members).best_paths(scores, at)
+
+        def walk(totals: numpy.ndarray) -> numpy.ndarray:
+            mask = numpy.zeros(totals.shape, dtype=bool)
+            for k, i in enumerate(members):
+                count = len(points[i])
+                mask[k, :count] = True if wanted is None else wanted[i](totals[k, :count])
+            return mask
+
+        totals, paths = self._union(members).best_paths(scores, at, walk)
         out = {}
         for k, i in enumerate(members):
             self.lines[i].passes += 1

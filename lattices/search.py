@@ -272,7 +272,9 @@ class DagUnion:
         self.into_at = np.concatenate([*(at[:-1] + off for (_, at), off in zip(incoming, self.arc_offsets)),
                                        [self.arc_offsets[-1]]])
 
-    def best_paths(self, lines: ArcLines, points: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+    def best_paths(self, lines: ArcLines, points: np.ndarray,
+                   wanted: Callable[[np.ndarray], np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
         """The best complete path of every graph at each of its ``T`` points along a line: graph
         ``n``'s arcs and final states score as :class:`ArcLines` ``lines`` (the union's arc and
         final order) say at point ``points[n, t]`` (float64 ``(N, T)``; the graphs' own scores are
@@ -280,8 +282,10 @@ class DagUnion:
         ids in the graph's own numbering (int64, path order): :meth:`Dag.best_path`'s path under
         that point's scores (a state's ties to its lowest incoming arc id, the first of equal
         final states). One level sweep for all that keeps the best scores only
-        (:meth:`forward_max`), then one walk back from the best final states (:meth:`_walk_back`).
-        Raises ``ValueError`` naming the first graph with no reachable final state."""
+        (:meth:`forward_max`), then one walk back from the best final states (:meth:`_walk_back`)
+        of the points whose paths are ``wanted``: a function of the best totals that says which
+        (bool ``(N, T)``; every point when None), the others' paths being None. Raises
+        ``ValueError`` naming the first graph with no reachable final state."""
         in_order = np.take(points, self.graph_in_order, axis=0)  # (X, T): each arc's graph's points
         alpha = self.forward_max(lines.arc_scores(self.order, in_order, out=in_order))
         final_score = lines.final_g[:, None] * points[self.graph_of_final] + lines.final_a[:, None]
@@ -294,7 +298,8 @@ class DagUnion:
         rows = np.arange(len(self.finals))[:, None]
         first_top = np.where(ends == top_score[self.graph_of_final], rows, len(self.finals))
         top = np.minimum.reduceat(first_top, groups, axis=0)  # (N, T): the first of equal finals
-        return top_score, self._walk_back(alpha, lines, points, self.finals[top])
+        walk = np.ones(top.shape, dtype=bool) if wanted is None else wanted(top_score)
+        return top_score, self._walk_back(alpha, lines, points, self.finals[top], walk)
 
     def forward_max(self, in_order: np.ndarray) -> np.ndarray:
         """float64 ``(S, T)``: each state's best score from its graph's start under each column of
@@ -314,9 +319,10 @@ class DagUnion:
             np.maximum.at(flat, cells.reshape(-1), cand.reshape(-1))
         return alpha
 
-    def _walk_back(self, alpha: np.ndarray, lines: ArcLines, points: np.ndarray, ends: np.ndarray
-                   ) -> list[list[np.ndarray]]:
-        """Per graph and column, the arcs of the best path into state ``ends[g, t]`` (``(N, T)``)
+    def _walk_back(self, alpha: np.ndarray, lines: ArcLines, points: np.ndarray, ends: np.ndarray,
+                   walk: np.ndarray) -> list[list[np.ndarray | None]]:
+        """Per graph and column where ``walk`` (bool ``(N, T)``; None elsewhere), the arcs of the
+        best path into state ``ends[g, t]`` (``(N, T)``)
         under ``alpha`` (:meth:`forward_max`) and the arcs' ``lines`` at their graphs' ``points``
         (``(N, T)``): from each
         state back along its lowest-id incoming arc whose source's best plus its score is the
@@ -326,7 +332,8 @@ class DagUnion:
         pair_state = ends.reshape(-1).copy()
         pair_column = np.tile(np.arange(columns), self.count)
         steps: list[np.ndarray] = []
-        active = np.flatnonzero(self.into_at[pair_state + 1] > self.into_at[pair_state])
+        walking = walk.reshape(-1)
+        active = np.flatnonzero(walking & (self.into_at[pair_state + 1] > self.into_at[pair_state]))
         while active.shape[0]:
             state, column = pair_state[active], pair_column[active]
             lo, count = self.into_at[state], self.into_at[state + 1] - self.into_at[state]
@@ -350,5 +357,5 @@ class DagUnion:
         for g in range(self.count):
             offset = self.arc_offsets[g]
             graph = walked[:, g, :]
-            paths.append([graph[:, t][graph[:, t] >= 0] - offset for t in range(columns)])
+            paths.append([graph[:, t][graph[:, t] >= 0] - offset if walk[g, t] else None for t in range(columns)])
         return paths
