@@ -19,7 +19,7 @@ Tree-shaped inputs (n-best lists) have their hypotheses in a :class:`Table`. Oth
 :class:`LatticeLines`: along a line every path's score is linear too, so the best path's errors
 are the same kind of step function, found exactly by the lattice's own upper envelope (lattice
 MERT, Macherey et al. 2008) without listing its paths: a table of the paths met so far gives a
-candidate envelope, and one Viterbi pass at many points at once (:meth:`lattices.search.Dag.best_paths`)
+candidate envelope, and one Viterbi pass at many points at once (:func:`afp.viterbi.best_paths`)
 checks it at each of its breakpoints and inside each segment. Where the lattice's best path
 scores above the candidate, that path joins the table and the check is repeated; where it
 does not, the envelope is the lattice's own (a convex function that meets a line at both ends of
@@ -39,7 +39,8 @@ import numpy
 import torch
 
 from lattices.scored import POINT_WEIGHTS, component_vector, point_weights
-from lattices.search import ArcLines, Dag, DagUnion
+from afp.viterbi import ArcLines, Graph, best_paths
+from lattices.search import Dag
 
 #: the search range of each coordinate (score weights: ``score:*``); natural bounds in NATURAL
 RANGES = {"lm_weight": (0.0, 3.0), "old_lm_weight": (0.0, 3.0), "word_penalty": (-10.0, 10.0),
@@ -290,6 +291,7 @@ class LatticeLines:
         self.passes = 0
         self.answers: dict[bytes, tuple[list[float], list[int]]] = {}  # the last lines' answers, by line
         self._alone: LatticeSet | None = None
+        self.graph = Graph.of(dag)  # the graph as the compiled search reads it
 
     def remember(self, key: bytes, answer: tuple[list[float], list[int]]) -> None:
         """Keep a line's answer (exact whatever the table held): cross-validation's folds and the
@@ -383,21 +385,6 @@ def _above(best: numpy.ndarray, envelope: numpy.ndarray) -> numpy.ndarray:
     return best > envelope + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
 
 
-def _paths_settle_reads(plan: tuple[list[float], numpy.ndarray, numpy.ndarray]
-                        ) -> Callable[[numpy.ndarray], numpy.ndarray]:
-    """Which points' paths :meth:`LatticeLines.settle` reads of a candidate ``plan``: those above
-    its envelope and the segments' middles (a function of the best totals)."""
-    cuts, _, envelope = plan
-    first_middle = len(cuts) + 2
-
-    def wanted(best: numpy.ndarray) -> numpy.ndarray:
-        needed = _above(best, envelope)
-        needed[first_middle:] = True
-        return needed
-
-    return wanted
-
-
 @dataclass(frozen=True)
 class _Line:
     """A lattice's scores along a line: the weight vector ``v`` and its step ``dv`` (``(C,)``), the
@@ -422,27 +409,14 @@ class _Line:
 #: the answers a lattice keeps (:meth:`LatticeLines.remember`)
 LINE_MEMORY = 64
 
-#: a union sweep of :class:`LatticeSet` holds lattices of at most this many expanded arcs in all
-#: (its arrays are this times the points checked, float64)
-UNION_ARCS = 400_000
-#: the unions a :class:`LatticeSet` keeps for later sweeps of the same lattices
-UNIONS_KEPT = 64
-
-
 class LatticeSet:
-    """Lattices (:class:`LatticeLines`) searched together: a line search's check of every lattice
-    is a few multi-point Viterbi sweeps over unions of them (:class:`lattices.search.DagUnion`; a
-    sweep walks back only the paths :meth:`LatticeLines.settle` reads),
-    not one sweep per lattice. A sweep's arrays are as wide as its widest lattice's points, so the
-    lattices are swept in groups of about the same number of points (powers of two: at most twice
-    the cells they need), each of at most :data:`UNION_ARCS` arcs; a lattice whose envelope grew
-    is checked again with the others that did. The answers are each lattice's own
-    (:meth:`LatticeLines.settle`)."""
+    """Lattices (:class:`LatticeLines`) searched together: a line search checks every lattice at
+    the points its candidate envelope asks for (:meth:`LatticeLines.candidate`), each lattice in
+    one compiled multi-point Viterbi pass (:func:`afp.viterbi.best_paths`), again for those whose
+    envelope grew. The answers are each lattice's own (:meth:`LatticeLines.settle`)."""
 
-    def __init__(self, lines: Sequence[LatticeLines], union_arcs: int = UNION_ARCS) -> None:
+    def __init__(self, lines: Sequence[LatticeLines]) -> None:
         self.lines = list(lines)
-        self.union_arcs = union_arcs
-        self._unions: dict[tuple[int, ...], DagUnion] = {}
 
     def errors(self, point: dict[str, float]) -> list[int]:
         """Each lattice's best path's errors at ``point``."""
@@ -465,8 +439,7 @@ class LatticeSet:
         pending = [i for i, answer in enumerate(results) if answer is None]
         while pending:
             plans = {i: self.lines[i].candidate(lines[i]) for i in pending}
-            found = self._best(pending, lines, {i: plans[i][1] for i in pending},
-                               {i: _paths_settle_reads(plans[i]) for i in pending})
+            found = self._best(pending, lines, {i: plans[i][1] for i in pending})
             again = []
             for i in pending:
                 answer = self.lines[i].settle(*plans[i], *found[i])
@@ -478,59 +451,13 @@ class LatticeSet:
             lattice.remember(key, answer)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
 
-    def _best(self, which: Sequence[int], lines: list[_Line], points: dict[int, numpy.ndarray],
-              wanted: dict[int, Callable[[numpy.ndarray], numpy.ndarray]] | None = None
-              ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray | None]]]:
+    def _best(self, which: Sequence[int], lines: list[_Line], points: dict[int, numpy.ndarray]
+              ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]]:
         """The best path's totals and arcs of lattices ``which`` at each of their ``points`` along
-        their ``lines``: swept in groups of lattices with about as many points (the class
-        docstring). With ``wanted``, only the paths a lattice's function of its totals asks for
-        (bool, one per point) are walked back; the others are None."""
-        groups: dict[int, list[list[int]]] = {}
-        for i in sorted(which, key=lambda i: len(points[i])):
-            chunks = groups.setdefault(max(len(points[i]) - 1, 0).bit_length(), [[]])
-            if chunks[-1] and sum(self.lines[j].num_arcs for j in chunks[-1]) + self.lines[i].num_arcs > self.union_arcs:
-                chunks.append([])
-            chunks[-1].append(i)
-        out: dict[int, tuple[numpy.ndarray, list[numpy.ndarray]]] = {}
-        for chunks in groups.values():
-            for members in chunks:
-                out.update(self._sweep(tuple(members), lines, points, wanted))
-        return out
-
-    def _union(self, members: tuple[int, ...]) -> DagUnion:
-        """The union of lattices ``members``, kept for the next sweeps of the same lattices."""
-        if len(members) == 1:
-            return self.lines[members[0]].dag._alone
-        union = self._unions.pop(members, None)
-        if union is None:
-            union = DagUnion([self.lines[i].dag for i in members])
-            if len(self._unions) >= UNIONS_KEPT:
-                self._unions.pop(next(iter(self._unions)))
-        self._unions[members] = union  # the most recently used last
-        return union
-
-    def _sweep(self, members: tuple[int, ...], lines: list[_Line], points: dict[int, numpy.ndarray],
-               wanted: dict[int, Callable[[numpy.ndarray], numpy.ndarray]] | None = None
-               ) -> dict[int, tuple[numpy.ndarray, list[numpy.ndarray | None]]]:
-        """One multi-point sweep over the union of lattices ``members``, each at its ``points``
-        (padded with its last point to the widest's), walking back the paths ``wanted`` (:meth:`_best`)."""
-        width = max(len(points[i]) for i in members)
-        at = numpy.stack([numpy.concatenate([points[i], numpy.full(width - len(points[i]), points[i][-1])])
-                          for i in members])  # (N, width): each padded with its last point
-        scores = ArcLines(*(numpy.concatenate([getattr(lines[i], name) for i in members])
-                            for name in ("a_arc", "g_arc", "a_fin", "g_fin")))
-
-        def walk(totals: numpy.ndarray) -> numpy.ndarray:
-            mask = numpy.zeros(totals.shape, dtype=bool)
-            for k, i in enumerate(members):
-                count = len(points[i])
-                mask[k, :count] = True if wanted is None else wanted[i](totals[k, :count])
-            return mask
-
-        totals, paths = self._union(members).best_paths(scores, at, walk)
+        their ``lines``."""
         out = {}
-        for k, i in enumerate(members):
-            self.lines[i].passes += 1
-            count = len(points[i])
-            out[i] = (totals[k, :count], paths[k][:count])
+        for i in which:
+            lattice, line = self.lines[i], lines[i]
+            lattice.passes += 1
+            out[i] = best_paths(lattice.graph, ArcLines(line.a_arc, line.g_arc, line.a_fin, line.g_fin), points[i])
         return out

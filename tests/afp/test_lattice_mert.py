@@ -1,6 +1,6 @@
 """Exact line searches on lattices (afp.mert.LatticeLines, issue 40) against brute force: every
 path of small random lattices listed, the best path's errors along a line evaluated exhaustively,
-ties included; and Dag.best_paths (many score settings in one pass) against Dag.best_path."""
+ties included (the compiled multi-point best path itself: tests/afp/test_viterbi.py)."""
 
 from __future__ import annotations
 
@@ -36,43 +36,6 @@ def best_errors(dag: Dag, arc_parts, final_parts, errors_of, vector) -> int:
     scored = dag.with_scores(torch.from_numpy(arc_parts @ vector), torch.from_numpy(final_parts @ vector))
     _, arcs = scored.best_path()
     return errors_of(arcs.numpy())
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_best_paths_is_best_path_at_every_point(seed):
-    from lattices.search import ArcLines
-
-    _, dag, arc_parts, final_parts, _ = graph(seed, integer=seed % 2 == 0)
-    rng = numpy.random.default_rng(100 + seed)
-    v, dv = (rng.integers(-2, 3, (2, 3)).astype(float) if seed % 2 == 0 else rng.normal(size=(2, 3)))
-    lines = ArcLines(arc_parts @ v, arc_parts @ dv, final_parts @ v, final_parts @ dv)
-    points = numpy.array([-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 3.0, 0.5])  # a repeated point too
-    values, paths = dag.best_paths(lines, points)
-    for t, at in enumerate(points):
-        arc_score = lines.arc_scores(numpy.arange(len(lines.arc_a)), numpy.full(len(lines.arc_a), at))
-        scored = dag.with_scores(torch.from_numpy(arc_score), torch.from_numpy(lines.final_g * at + lines.final_a))
-        value, arcs = scored.best_path()
-        assert paths[t].tolist() == arcs.tolist()
-        assert values[t] == pytest.approx(value, abs=1e-9)
-
-
-def test_a_union_finds_each_graphs_own_best_paths():
-    """DagUnion: graphs of different depths swept as one give each graph's paths at its own points."""
-    from lattices.search import ArcLines, DagUnion
-
-    graphs = [graph(seed, integer=seed % 2 == 0) for seed in range(5)]
-    rng = numpy.random.default_rng(7)
-    v, dv = rng.integers(-2, 3, (2, 3)).astype(float)
-    alone = [(g[1], ArcLines(g[2] @ v, g[2] @ dv, g[3] @ v, g[3] @ dv)) for g in graphs]
-    points = rng.normal(size=(len(graphs), 4))
-    union = DagUnion([dag for dag, _ in alone])
-    joined = ArcLines(*(numpy.concatenate([getattr(lines, name) for _, lines in alone])
-                        for name in ("arc_a", "arc_g", "final_a", "final_g")))
-    totals, paths = union.best_paths(joined, points)
-    for n, (dag, lines) in enumerate(alone):
-        own_totals, own_paths = dag.best_paths(lines, points[n])
-        assert totals[n].tolist() == own_totals.tolist()
-        assert [p.tolist() for p in paths[n]] == [p.tolist() for p in own_paths]
 
 
 def step_value(cuts: list[float], values: list[int], t: float) -> int:
