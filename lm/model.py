@@ -345,6 +345,10 @@ class LanguageModel(nn.Module, ABC):
             wanted = (cluster == i).nonzero().squeeze(1)
             if wanted.numel() == 0:
                 continue
+            # no blocked id in the cluster: no bias (adding zeros to every logit copies a bias row
+            # per context, as long as the matmul on the largest cluster; the sums are the same)
+            mask = self.logit_mask[lo:hi]
+            bias = mask if bool(mask.ne(0).any()) else None
             contexts, which = torch.unique(rows[wanted], return_inverse=True)
             projection, layer = adaptive.tail[i][0], adaptive.tail[i][1]
             step = max(1, max_elements // (hi - lo))
@@ -352,7 +356,7 @@ class LanguageModel(nn.Module, ABC):
                 inside = (which >= first) & (which < first + step)
                 part = wanted[inside]
                 out[part] += picked_log_softmax(projection(features[contexts[first:first + step]]), layer.weight,
-                                                self.logit_mask[lo:hi], which[inside] - first, targets[part] - lo,
+                                                bias, which[inside] - first, targets[part] - lo,
                                                 precision, self._low(f"tail{i}", layer.weight, precision))
         return out
 

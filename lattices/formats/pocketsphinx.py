@@ -209,7 +209,8 @@ _PS_TEXT = re.compile(
     r"#\n# Link definitions\n#\n"
     r"((?:J=\d{1,9}\tS=\d{1,9}\tE=\d{1,9}\ta=-?\d{1,30}\.\d{6}\tp=\d{1,30}(?:\.\d{1,30})?(?:e[-+]\d{1,3})?\n)*)")
 _PS_NODE = re.compile(r"I=(\d+)\tt=(\S+)\tW=(\S+)\tv=(\S+)\n")
-_PS_LINK = re.compile(r"J=(\d+)\tS=(\d+)\tE=(\d+)\ta=(\S+)\tp=(\S+)\n")
+#: the link fields' names, blanked before the link block is parsed as numbers (:func:`_fast_columns`)
+_LINK_NAMES = str.maketrans({"J": " ", "S": " ", "E": " ", "a": " ", "p": " ", "=": " "})
 
 
 def _fast_columns(text: str, source: str | None) -> _Columns | None:
@@ -221,19 +222,18 @@ def _fast_columns(text: str, source: str | None) -> _Columns | None:
         return None
     start, end, num_nodes, num_links = (int(v) for v in whole.group(1, 2, 3, 4))
     nodes = _PS_NODE.findall(whole.group(5))
-    links = _PS_LINK.findall(whole.group(6))
-    if len(nodes) != num_nodes or len(links) != num_links or not nodes or max(start, end) >= num_nodes:
+    # the link lines (matched above) hold five numbers each: with the field names blanked, one C
+    # parse of the block (the same doubles as float() gives: tests/lattices/test_pocketsphinx.py)
+    numbers = np.fromstring(whole.group(6).translate(_LINK_NAMES), sep=" ") if num_links else np.zeros(0)
+    if len(nodes) != num_nodes or numbers.shape[0] != 5 * num_links or not nodes or max(start, end) >= num_nodes:
         return None
     node_ids, times, words, variants = zip(*nodes)
     if not np.array_equal(np.array(node_ids, dtype=np.int64), np.arange(num_nodes)):
         return None
-    if links:
-        link_ids, src, dst, acoustic, posterior = (np.array(column) for column in zip(*links))
-        link_ids, src, dst = (a.astype(np.int64) for a in (link_ids, src, dst))
-        acoustic, posterior = acoustic.astype(np.float64), posterior.astype(np.float64)
-    else:
-        link_ids = src = dst = np.zeros(0, dtype=np.int64)
-        acoustic = posterior = np.zeros(0, dtype=np.float64)
+    columns = numbers.reshape(num_links, 5)
+    link_ids, src, dst = (columns[:, k].astype(np.int64) for k in range(3))
+    acoustic, posterior = columns[:, 3].copy(), columns[:, 4].copy()
+    links = num_links > 0
     if not np.array_equal(link_ids, np.arange(num_links)) or (src.size and max(src.max(), dst.max()) >= num_nodes):
         return None
     if not (np.isfinite(acoustic).all() and np.isfinite(posterior).all()):

@@ -143,3 +143,33 @@ def test_every_word_after_a_context_sums_to_one(max_elements):
     assert torch.allclose(sums, torch.ones(3), atol=1e-5)
     features = model.context_features(contexts, lengths)
     assert torch.allclose(got, model.target_log_probs(features[target_context], targets), atol=1e-6)
+
+
+def test_a_tail_cluster_with_no_blocked_id_scores_the_same_without_its_zero_bias(monkeypatch):
+    """_adaptive_pick drops a tail's bias when no id of it is blocked (the bias row copied per
+    context cost as much as the matmul): bit for bit what adding the zeros gives, and a cluster
+    with a blocked id keeps its -inf."""
+    import lm.model
+    from lm.output import picked_log_softmax
+
+    vocab = kaldi_vocab()  # "#0" is blocked in the last tail cluster; the others have none
+    model = make_model(vocab, cell="gru", mode="afp", rho=2, **ADAPTIVE)
+    model.block_tokens([vocab.id("<eps>"), vocab.id("<s>"), vocab.id("#0")])
+    contexts = torch.tensor([[vocab.bos_id, vocab.bos_id], [vocab.bos_id, 5], [6, 7]])
+    lengths = torch.tensor([1, 2, 2])
+    targets = torch.arange(vocab.size).repeat(3)
+    target_context = torch.arange(3).repeat_interleave(vocab.size)
+    biases = []
+
+    def always_a_bias(features, weight, bias, *args, **kwargs):
+        biases.append(bias)
+        if bias is None:
+            bias = torch.zeros(weight.shape[0])
+        return picked_log_softmax(features, weight, bias, *args, **kwargs)
+
+    got = model.score_contexts(contexts, lengths, targets, target_context, max_elements=1 << 20)
+    monkeypatch.setattr(lm.model, "picked_log_softmax", always_a_bias)
+    zeros_added = model.score_contexts(contexts, lengths, targets, target_context, max_elements=1 << 20)
+    assert any(b is None for b in biases) and any(b is not None and bool(torch.isneginf(b).any()) for b in biases)
+    assert torch.equal(got, zeros_added)
+    assert bool(torch.isneginf(got[targets == vocab.id("#0")]).all())
