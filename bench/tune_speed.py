@@ -9,7 +9,7 @@ On the first ``--limit`` lattices of each PocketSphinx dev set (``bench.pocketsp
    ``REF`` (a git worktree) in the same run: the chosen point, its WER on the set, the
    cross-validated WER, the line searches.
 2. ``afp rescore --weights W.json`` on the same lattices, timed (the target: tuning at most 1.5x
-   this), with its real-time factor (audio seconds from the set's ``set.json``; the target: 0.05),
+   this; with ``--before``, by the ``REF`` code too), with its peak memory and real-time factor (audio seconds from the set's ``set.json``; the target: 0.05),
    beside ``afp rescore`` with the untuned defaults, and on the other set's lattices (the weights'
    held-out WER).
 3. ``afp tune`` with ``--fold-restarts 3`` or ``--restarts 0`` (``--study``): what each default
@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,24 +48,31 @@ def lattices_of(set_dir: Path, limit: int | None) -> list[Path]:
     return files[:limit] if limit else files
 
 
-def afp(tree: Path, *argv: str) -> tuple[float, str]:
-    """Run ``afp`` from ``tree``'s code (one torch thread); wall seconds and standard output."""
+def afp(tree: Path, *argv: str) -> tuple[float, str, float]:
+    """Run ``afp`` from ``tree``'s code (one torch thread); wall seconds, standard output and the
+    process's peak resident memory in MiB (its own rusage)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "service.cli", *argv], cwd=tree, env=env, capture_output=True,
-                          text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"afp {' '.join(argv[:6])} ... failed ({done.returncode}): {done.stderr[-2000:]}")
-    return wall, done.stdout
+    with tempfile.TemporaryFile() as err:
+        process = subprocess.Popen([sys.executable, "-m", "service.cli", *argv], cwd=tree, env=env,
+                                   stdout=subprocess.PIPE, stderr=err)
+        out = process.stdout.read().decode() if process.stdout else ""
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"afp {' '.join(argv[:6])} ... failed ({code}): {err.read().decode()[-2000:]}")
+    return wall, out, usage.ru_maxrss / 1024
 
 
 def tune(tree: Path, model: Path, refs: Path, lattices: list[Path], save: Path, *flags: str) -> dict[str, Any]:
-    wall, out = afp(tree, "tune", "--model", str(model), "--refs", str(refs), "--save", str(save), "--json", *flags,
-                    *map(str, lattices))
+    wall, out, rss = afp(tree, "tune", "--model", str(model), "--refs", str(refs), "--save", str(save), "--json",
+                         *flags, *map(str, lattices))
     report = json.loads(out)
     cv = report.get("cross_validated") or {}
-    return {"wall_s": round(wall, 2), "search_s": round(report["seconds"], 2), "line_searches": report["line_searches"],
+    return {"wall_s": round(wall, 2), "search_s": round(report["seconds"], 2), "peak_rss_mib": round(rss),
+            "line_searches": report["line_searches"],
             "first_pass_wer": report["first_pass_wer"], "tuned_wer": report["best"]["wer"],
             "cross_validated_wer": cv.get("wer"), "chosen": report["chosen"]["point"],
             "chosen_is_first_pass": report["chosen"]["is_first_pass"],
@@ -78,15 +86,17 @@ def audio_seconds(set_dir: Path, lattices: list[Path]) -> float:
 
 
 def rescore_wer(model: Path, refs: Path, lattices: list[Path], weights: Path | None, work: Path,
-                audio: float) -> dict[str, Any]:
-    """``afp rescore`` (with ``weights``; None: the untuned defaults) timed, its WER and real-time factor."""
+                audio: float, tree: Path = REPO_ROOT) -> dict[str, Any]:
+    """``afp rescore`` by ``tree``'s code (with ``weights``; None: the untuned defaults) timed, its
+    WER, real-time factor and peak memory."""
     flags = ["--weights", str(weights)] if weights is not None else []
-    wall, out = afp(REPO_ROOT, "rescore", "--model", str(model), *flags, "--json", *map(str, lattices))
+    wall, out, rss = afp(tree, "rescore", "--model", str(model), *flags, "--json", *map(str, lattices))
     hyps = work / "hyps.jsonl"
     hyps.write_text(out)
-    _, report = afp(REPO_ROOT, "wer", "--refs", str(refs), "--json", str(hyps))
+    _, report, _ = afp(REPO_ROOT, "wer", "--refs", str(refs), "--json", str(hyps))
     (system,) = json.loads(report)["systems"]
-    return {"wall_s": round(wall, 2), "wer": system["wer"], "audio_s": round(audio, 2), "rtf": round(wall / audio, 4)}
+    return {"wall_s": round(wall, 2), "wer": system["wer"], "audio_s": round(audio, 2), "rtf": round(wall / audio, 4),
+            "peak_rss_mib": round(rss)}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -132,7 +142,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             entry["before"]["held_out"] = rescore_wer(model, other_refs, held_out,
                                                       args.work / f"weights-before-{set_dir.name}.json", args.work,
                                                       other_audio)
-            entry["before"]["tune_over_rescore"] = round(entry["before"]["wall_s"] / entry["rescore_same"]["wall_s"], 3)
+            # the same weights file rescored by the before code: its real-time factor and memory
+            entry["before"]["rescore_same"] = rescore_wer(model, refs, lattices, save, args.work, audio, before)
+            before_rescore = entry["before"]["rescore_same"]["wall_s"]
+            entry["before"]["tune_over_rescore"] = round(entry["before"]["wall_s"] / before_rescore, 3)
             entry["speedup_search"] = round(entry["before"]["search_s"] / max(entry["tune"]["search_s"], 1e-9), 2)
             entry["speedup_wall"] = round(entry["before"]["wall_s"] / entry["tune"]["wall_s"], 2)
             print(json.dumps({set_dir.name: {"before": entry["before"]}}), file=sys.stderr, flush=True)
