@@ -13,12 +13,15 @@ PORT ?= 8000
 
 install: $(STAMP)
 
-# torch is pinned and installed first: an unpinned torch pulls a multi-GB CUDA build.
+# torch is pinned and installed first: an unpinned torch pulls a multi-GB CUDA build. pip
+# byte-compiles what it installs one file at a time; compileall does it on every core instead
+# (on 2 cores 36 + 27 s against 72 s; a third-party file that does not compile is skipped, as pip skips it).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-compile $(TORCH)
+	$(BIN)/pip install --quiet --no-compile -e '.[test]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	touch $(STAMP)
 
 # The main job: the rescoring server on the bundled default model (Ctrl-C stops it).
