@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-compile $(TORCH)
 	$(BIN)/pip install --quiet --no-compile -e '.[test]'
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
+	$(BIN)/python -m compileall -q -j "$$(nproc)" $(VENV)/lib > /dev/null 2>&1 || true
 	touch $(STAMP)
 
 # The main job: the rescoring server on the bundled default model (Ctrl-C stops it).

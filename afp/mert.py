@@ -275,7 +275,7 @@ class LatticeLines:
     weight vector ``(C,)`` rescoring uses at a point (so a path's total is what rescoring
     computes); ``errors_of(arcs)``: the word errors of the path along ``arcs`` (int64 arc ids).
     :meth:`steps` is a line search's view (as :func:`_steps` of a table), :meth:`errors` a
-    point's; :class:`LatticeSet` runs them for many lattices in one sweep each. The paths met so
+    point's; :class:`LatticeSet` runs them for many lattices along the same line. The paths met so
     far are kept (their components and errors) and seed every later line; ``passes`` counts the
     multi-point Viterbi passes this lattice took part in."""
 
@@ -299,10 +299,6 @@ class LatticeLines:
         if key not in self.answers and len(self.answers) >= LINE_MEMORY:
             self.answers.pop(next(iter(self.answers)))
         self.answers[key] = answer
-
-    @property
-    def num_arcs(self) -> int:
-        return self.arc_parts.shape[0]
 
     def errors(self, point: dict[str, float]) -> int:
         """The errors of the best path at ``point`` (rescoring's decision)."""
@@ -408,6 +404,7 @@ class _Line:
 
 #: the answers a lattice keeps (:meth:`LatticeLines.remember`)
 LINE_MEMORY = 64
+
 
 class LatticeSet:
     """Lattices (:class:`LatticeLines`) searched together: a line search checks every lattice at

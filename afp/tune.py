@@ -608,9 +608,9 @@ def joint_tune(tuner: Tuner, tune_scores: Sequence[str] = (), restarts: int = 3,
     from the same start) with its significance, which is what the tuned weights can be expected
     to give on new data; and the coordinates that ended at an edge of their range. A fold's search
     runs from the same start with ``fold_restarts`` random restarts (default none: on the
-    PocketSphinx dev sets the folds' restarts took two thirds of the search and did not change
-    which point was chosen; the estimate without them is the more cautious one, by up to 0.7
-    points, ``bench/results/tune_speed.json``).
+    PocketSphinx dev sets the folds' restarts took a third to two thirds of the search and did not
+    change which point was chosen; the estimate without them was 0.7 points higher on dev_clean
+    and 0.06 lower on dev_other, ``bench/results/tune_speed.json``).
 
     ``chosen`` is what ``afp tune --save`` writes: the tuned point, unless its cross-validated WER
     is not below the first pass's (tuning over-fitted the dev set, or the new model adds

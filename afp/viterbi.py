@@ -81,7 +81,7 @@ def best_paths(graph: Graph, lines: ArcLines, points: np.ndarray) -> tuple[np.nd
     points = np.ascontiguousarray(points, dtype=np.float64)
     totals, arcs, lengths = _best_paths(graph.num_states, graph.src, graph.dst, graph.order, graph.start,
                                         graph.finals, lines.arc_a, lines.arc_g, lines.final_a, lines.final_g, points)
-    if not np.isfinite(totals).all():
+    if not (totals > -np.inf).all():
         raise ValueError("no complete path: no final state is reachable from the start")
     return totals, [arcs[t, :lengths[t]].copy() for t in range(points.shape[0])]
 
@@ -92,7 +92,9 @@ def compiled(function: Callable) -> Callable:
     compiled again in each process instead of failing."""
     try:
         return numba.njit(cache=True, nogil=True)(function)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+    except RuntimeError as err:  # numba: "cannot cache function ...: no locator available for file ..."
+        if "no locator available" not in str(err):
+            raise
         return numba.njit(nogil=True)(function)
 
 

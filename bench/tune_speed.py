@@ -9,9 +9,9 @@ On the first ``--limit`` lattices of each PocketSphinx dev set (``bench.pocketsp
    ``REF`` (a git worktree) in the same run: the chosen point, its WER on the set, the
    cross-validated WER, the line searches.
 2. ``afp rescore --weights W.json`` on the same lattices, timed (the target: tuning at most 1.5x
-   this; with ``--before``, by the ``REF`` code too), with its peak memory and real-time factor (audio seconds from the set's ``set.json``; the target: 0.05),
-   beside ``afp rescore`` with the untuned defaults, and on the other set's lattices (the weights'
-   held-out WER).
+   this; with ``--before``, by the ``REF`` code too), with its peak memory and real-time factor
+   (audio seconds from the set's ``set.json``; the target: 0.05), beside ``afp rescore`` with the
+   untuned defaults, and on the other set's lattices (the weights' held-out WER).
 3. ``afp tune`` with ``--fold-restarts 3`` or ``--restarts 0`` (``--study``): what each default
    buys (``--folds 1``, no cross-validation, was measured before: ``git log bench/results/tune_speed.json``).
 
@@ -56,10 +56,11 @@ def afp(tree: Path, *argv: str) -> tuple[float, str, float]:
     with tempfile.TemporaryFile() as err:
         process = subprocess.Popen([sys.executable, "-m", "service.cli", *argv], cwd=tree, env=env,
                                    stdout=subprocess.PIPE, stderr=err)
-        out = process.stdout.read().decode() if process.stdout else ""
-        _, status, usage = os.wait4(process.pid, 0)
+        with process.stdout as stdout:  # type: ignore[union-attr]
+            out = stdout.read().decode()
+        _, status, usage = os.wait4(process.pid, 0)  # reaped here, with its own rusage
         wall = time.perf_counter() - started
-        code = os.waitstatus_to_exitcode(status)
+        code = process.returncode = os.waitstatus_to_exitcode(status)
         if code != 0:
             err.seek(0)
             raise SystemExit(f"afp {' '.join(argv[:6])} ... failed ({code}): {err.read().decode()[-2000:]}")

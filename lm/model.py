@@ -346,7 +346,8 @@ class LanguageModel(nn.Module, ABC):
             if wanted.numel() == 0:
                 continue
             # no blocked id in the cluster: no bias (adding zeros to every logit copies a bias row
-            # per context, as long as the matmul on the largest cluster; the sums are the same)
+            # per context, as long as the matmul on the largest cluster; on the CPU the logits are
+            # bit for bit the same, tests/lm/test_adaptive_softmax.py)
             mask = self.logit_mask[lo:hi]
             bias = mask if bool(mask.ne(0).any()) else None
             contexts, which = torch.unique(rows[wanted], return_inverse=True)

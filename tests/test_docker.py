@@ -89,15 +89,15 @@ def test_images_hold_every_package_the_project_installs(dockerfile):
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_images_install_the_serving_requirements_without_lhotse_or_a_second_torch(dockerfile):
     """The dependency layer installs pyproject's dependencies less torch (installed on its own, or
-    the CUDA base's) and lhotse (imported lazily, by batch jobs' manifest readers only); the
-    project itself goes in with --no-deps."""
+    the CUDA base's), lhotse (imported lazily, by batch jobs' manifest readers only) and numba
+    (afp tune's line searches only); the project itself goes in with --no-deps."""
     text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
     assert "COPY pyproject.toml docker/runtime_requirements.py ./" in text
-    assert "python runtime_requirements.py pyproject.toml --without torch lhotse > requirements.txt" in text
+    assert "python runtime_requirements.py pyproject.toml --without torch lhotse numba > requirements.txt" in text
     assert "--no-deps" in text
     expected = [d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-                if not d.startswith(("torch", "lhotse"))]
-    assert runtime_requirements.runtime_requirements(REPO / "pyproject.toml", ["torch", "lhotse"]) == expected
+                if not d.startswith(("torch", "lhotse", "numba"))]
+    assert runtime_requirements.runtime_requirements(REPO / "pyproject.toml", ["torch", "lhotse", "numba"]) == expected
     assert not any("torch" in line for line in final_stage(dockerfile) if "pip install" in line)
 
 

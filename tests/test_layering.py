@@ -74,7 +74,7 @@ def test_the_core_imports_no_serving_library(loaded):
 @pytest.mark.parametrize("module", ["service.engine", "service.app"])
 def test_the_http_engine_does_not_import_the_batch_job_modules(loaded, module):
     assert module in loaded[module]
-    assert {"afp.jobs", "afp.outputs", "afp.tune", "afp.cuts", "service.cli"} & loaded[module] == set()
+    assert {"afp.jobs", "afp.outputs", "afp.tune", "afp.cuts", "service.cli", "numba"} & loaded[module] == set()
 
 
 def test_the_library_imports_neither_the_server_nor_the_cli(loaded):

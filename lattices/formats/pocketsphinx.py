@@ -210,7 +210,7 @@ _PS_TEXT = re.compile(
     r"((?:J=\d{1,9}\tS=\d{1,9}\tE=\d{1,9}\ta=-?\d{1,30}\.\d{6}\tp=\d{1,30}(?:\.\d{1,30})?(?:e[-+]\d{1,3})?\n)*)")
 _PS_NODE = re.compile(r"I=(\d+)\tt=(\S+)\tW=(\S+)\tv=(\S+)\n")
 #: the link fields' names, blanked before the link block is parsed as numbers (:func:`_fast_columns`)
-_LINK_NAMES = str.maketrans({"J": " ", "S": " ", "E": " ", "a": " ", "p": " ", "=": " "})
+LINK_NAMES = str.maketrans({"J": " ", "S": " ", "E": " ", "a": " ", "p": " ", "=": " "})
 
 
 def _fast_columns(text: str, source: str | None) -> _Columns | None:
@@ -224,7 +224,7 @@ def _fast_columns(text: str, source: str | None) -> _Columns | None:
     nodes = _PS_NODE.findall(whole.group(5))
     # the link lines (matched above) hold five numbers each: with the field names blanked, one C
     # parse of the block (the same doubles as float() gives: tests/lattices/test_pocketsphinx.py)
-    numbers = np.fromstring(whole.group(6).translate(_LINK_NAMES), sep=" ") if num_links else np.zeros(0)
+    numbers = np.fromstring(whole.group(6).translate(LINK_NAMES), sep=" ")
     if len(nodes) != num_nodes or numbers.shape[0] != 5 * num_links or not nodes or max(start, end) >= num_nodes:
         return None
     node_ids, times, words, variants = zip(*nodes)

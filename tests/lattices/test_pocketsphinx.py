@@ -534,3 +534,11 @@ def test_a_cycle_in_the_fast_layout_is_the_line_parsers_error() -> None:
     with pytest.raises(LatticeFormatError, match="cycle") as info:
         read_pocketsphinx(text, "cyclic.lat")
     assert info.value.source == "cyclic.lat" and info.value.field == "E"
+
+
+def test_links_under_an_l_of_0_are_the_line_parsers_error() -> None:
+    """A file that says L=0 but has link lines is not read as a lattice without arcs."""
+    text = SMALL.replace("N=7\tL=8", "N=7\tL=0")
+    assert _fast_columns(text, "l0.lat") is None
+    with pytest.raises(LatticeFormatError, match="L=0"):
+        read_pocketsphinx(text, "l0.lat")
