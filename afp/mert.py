@@ -319,8 +319,8 @@ class LatticeLines:
         """The arcs' and final states' scores along the line ``point + t (unit - point)``."""
         v = self.vector(point)
         dv = self.vector(unit) - v
-        return _Line(v, dv, self.arc_parts @ v, self.arc_parts @ dv, self.final_parts @ v, self.final_parts @ dv,
-                     lo, hi)
+        return _Line(v, dv, ArcLines(self.arc_parts @ v, self.arc_parts @ dv, self.final_parts @ v,
+                                     self.final_parts @ dv), lo, hi)
 
     def candidate(self, line: _Line) -> tuple[list[float], numpy.ndarray, numpy.ndarray]:
         """The table's envelope along ``line``: its breakpoints inside ``(lo, hi)``, the points to
@@ -340,7 +340,7 @@ class LatticeLines:
         ``best``), or None when a path scored above the candidate ``envelope`` (it joined the
         table: check again). When none did, the candidate envelope is the lattice's own (a convex
         function that meets a line at both ends of a segment is that line in between)."""
-        above = _above(best, envelope)
+        above = best > envelope + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
         grew = False
         for k in numpy.flatnonzero(above).tolist():
             grew |= self._add(paths[k])
@@ -376,23 +376,15 @@ class LatticeLines:
         return self.final_of[state]
 
 
-def _above(best: numpy.ndarray, envelope: numpy.ndarray) -> numpy.ndarray:
-    """Where a best path scored above the candidate envelope (beyond rounding): bool, the shape of both."""
-    return best > envelope + 1e-9 * numpy.maximum(1.0, numpy.abs(best))
-
-
 @dataclass(frozen=True)
 class _Line:
     """A lattice's scores along a line: the weight vector ``v`` and its step ``dv`` (``(C,)``), the
-    arcs' ``a_arc + t g_arc`` (``(X,)`` each), the final states' ``a_fin + t g_fin`` (``(G,)``),
-    for ``t`` in ``[lo, hi]``."""
+    arcs' and final states' ``scores`` there (:class:`afp.viterbi.ArcLines`), for ``t`` in
+    ``[lo, hi]``."""
 
     v: numpy.ndarray
     dv: numpy.ndarray
-    a_arc: numpy.ndarray
-    g_arc: numpy.ndarray
-    a_fin: numpy.ndarray
-    g_fin: numpy.ndarray
+    scores: ArcLines
     lo: float
     hi: float
 
@@ -454,7 +446,7 @@ class LatticeSet:
         their ``lines``."""
         out = {}
         for i in which:
-            lattice, line = self.lines[i], lines[i]
+            lattice = self.lines[i]
             lattice.passes += 1
-            out[i] = best_paths(lattice.graph, ArcLines(line.a_arc, line.g_arc, line.a_fin, line.g_fin), points[i])
+            out[i] = best_paths(lattice.graph, lines[i].scores, points[i])
         return out

@@ -38,17 +38,6 @@ class ArcLines:
     final_a: np.ndarray
     final_g: np.ndarray
 
-    def arc_scores(self, arcs: np.ndarray, at: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """float64: the scores of ``arcs`` (int ``(n,)``) at points ``at`` (``(n,)``, or ``(n, T)``:
-        ``T`` points each), computed one way everywhere (``g * t + a``), so that equal inputs give
-        equal bits; into ``out`` (which may be ``at``) when given."""
-        g, a = self.arc_g[arcs], self.arc_a[arcs]
-        if at.ndim > g.ndim:
-            g, a = g[:, None], a[:, None]
-        out = np.multiply(g, at, out=out)
-        out += a
-        return out
-
 
 @dataclass(frozen=True)
 class Graph:

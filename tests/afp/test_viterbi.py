@@ -13,9 +13,8 @@ from tests.afp.test_lattice_mert import graph
 
 
 def reference(dag, lines: ArcLines, at: float) -> tuple[float, list[int]]:
-    """Dag.best_path under the scores ``lines`` give at ``at``, computed as ArcLines computes them."""
-    arcs = numpy.arange(len(lines.arc_a))
-    scored = dag.with_scores(torch.from_numpy(lines.arc_scores(arcs, numpy.full(len(arcs), at))),
+    """Dag.best_path under the scores ``lines`` give at ``at``, each ``g * t + a`` (the kernel's order)."""
+    scored = dag.with_scores(torch.from_numpy(lines.arc_g * at + lines.arc_a),
                              torch.from_numpy(lines.final_g * at + lines.final_a))
     value, path = scored.best_path()
     return value, path.tolist()
