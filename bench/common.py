@@ -15,6 +15,12 @@ RESULTS = REPO_ROOT / "bench" / "results"
 SHARED_DATA = Path(os.environ.get("AFP_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def python_path(tree: Path = REPO_ROOT) -> str:
+    """``PYTHONPATH`` for a child that runs ``tree``'s code: ``tree`` first, then whatever this
+    process was given (packages installed beside the interpreter, as on a machine without a venv)."""
+    return os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def ami_lattice_files() -> list[Path]:
     """The real AMI lattices of ``../shared/data/lattices``: every ``ami-htk/*.lat.gz`` and
     ``ami-kaldi/1.lat``; an empty list when they are absent."""

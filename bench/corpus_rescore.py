@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, environment, write_json
+from bench.common import REPO_ROOT, RESULTS, environment, python_path, write_json
 
 SYSTEMS = ("one", "workers2", "jobs2", "ray2", "killed")
 DEFAULT_SETS = (REPO_ROOT / "runs" / "pocketsphinx" / "dev_clean", REPO_ROOT / "runs" / "pocketsphinx" / "dev_other")
@@ -69,7 +69,7 @@ def afp_command(model: Path, out: Path, inputs: Sequence[Path], *flags: str) -> 
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
+    return {**os.environ, "PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1",
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
 
 

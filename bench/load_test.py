@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, pyplot, save_figure, write_json
+from bench.common import REPO_ROOT, RESULTS, SHARED_DATA, environment, python_path, pyplot, save_figure, write_json
 
 LEVELS = (1, 8, 32, 64)
 
@@ -45,7 +45,7 @@ def start(port: int, batching: bool, device: str, workers: int) -> subprocess.Po
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port), flag, "--device", device,
          "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
-        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "AFP_REQUEST_TIMEOUT_S": "300"})
+        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": python_path(), "AFP_REQUEST_TIMEOUT_S": "300"})
 
 
 async def wait_ready(url: str, timeout: float = 120.0) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS, environment, write_json
+from bench.common import REPO_ROOT, RESULTS, environment, python_path, write_json
 
 SETS = ("dev_clean", "dev_other")
 STUDY = (("restarts 3, folds 5 without restarts (defaults)", ()),
@@ -51,7 +51,7 @@ def lattices_of(set_dir: Path, limit: int | None) -> list[Path]:
 def afp(tree: Path, *argv: str) -> tuple[float, str, float]:
     """Run ``afp`` from ``tree``'s code (one torch thread); wall seconds, standard output and the
     process's peak resident memory in MiB (its own rusage)."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": python_path(tree), "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         process = subprocess.Popen([sys.executable, "-m", "service.cli", *argv], cwd=tree, env=env,
