@@ -19,6 +19,10 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ValueError(f"device {name!r} requested but this machine has {count} CUDA device(s): "
+                         f"cuda:0 to cuda:{count - 1}")
     return device
 
 

@@ -392,3 +392,23 @@ def test_tune_speed_section_has_a_row_per_search_and_its_ratio_to_rescoring(tmp_
     assert "| dev_clean | before (abc1234) | 600.00 | 80.00 | 40 | 12.00 | 20.50 | 21.50 | 18.00 |" in text
     assert "| dev_clean | after: restarts 3, folds 5 (defaults) | 100.00 | 80.00 | 40 | 2.00 | 20.00 | 21.50 | 18.25 |" in text
     assert "| dev_clean | restarts 0, folds 1 | 45.00 | 80.00 | 40 | 0.90 | 20.00 | - | - |" in text
+    assert "on a GPU" not in text and "`afp rescore` on the same lattices" not in text  # no RTFs recorded
+
+
+def test_tune_speed_gpu_run_is_its_own_section_with_the_real_time_factors(tmp_path):
+    run = {"wall_s": 42.0, "search_s": 13.0, "line_searches": 68, "tuned_wer": 22.4, "cross_validated_wer": 23.8}
+    rescore = {"wall_s": 30.37, "audio_s": 611.96, "rtf": 0.0496, "peak_rss_mib": 1665, "wer": 22.4}
+    for name, env in (("tune_speed.json", {"torch": "2.x", "cuda": False}),
+                      ("tune_speed_gpu.json", {"torch": "2.y", "cuda": True, "gpu": "NVIDIA H200", "cpu_count": 16})):
+        _write(tmp_path / name, {
+            "command": f"python -m bench.tune_speed --out {name}", "model": "models/librispeech", "limit": 100,
+            "environment": env, "note": "",
+            "sets": {"dev_clean": {"tune": run, "rescore_same": rescore, "rescore_untuned": {**rescore, "rtf": 0.0418},
+                                   "rescore_held_out": {**rescore, "set": "dev_other", "rtf": 0.0448}}}})
+    text = render(tmp_path)
+    cpu, gpu = text.split("## Tuning time against rescoring time on a GPU")
+    assert "NVIDIA H200, 16 CPU cores" in gpu and "torch 2.y" in gpu and "torch 2.x" in cpu
+    for section in (cpu, gpu):
+        assert "| dev_clean | weights tuned on dev_clean | 30.37 | 611.96 | 0.050 | 1665 | 22.40 |" in section
+        assert "| dev_clean | untuned defaults | 30.37 | 611.96 | 0.042 | 1665 | 22.40 |" in section
+        assert "| dev_other | weights tuned on dev_clean | 30.37 | 611.96 | 0.045 | 1665 | 22.40 |" in section

@@ -230,12 +230,16 @@ def rho_sweep(results: Path) -> list[str]:
 
 
 def tune_speed(results: Path) -> list[str]:
-    """``tune_speed.json``: ``afp tune`` against ``afp rescore --weights`` on the same lattices,
-    before and after a change, and what the restarts and folds buy; nothing when absent."""
-    data = load_json(results / "tune_speed.json")
-    if not data:
-        return []
-    rows = []
+    """``tune_speed.json`` (and ``tune_speed_gpu.json``, the same run on a GPU machine):
+    ``afp tune`` against ``afp rescore --weights`` on the same lattices, before and after a change,
+    what the restarts and folds buy, and the rescoring runs' real-time factors; nothing when absent."""
+    sections = [_tune_speed(data) for data in (load_json(results / f) for f in ("tune_speed.json", "tune_speed_gpu.json"))
+                if data]
+    return [line for section in sections for line in section]
+
+
+def _tune_speed(data: dict[str, Any]) -> list[str]:
+    rows, rescoring = [], []
     for name, entry in data["sets"].items():
         rescore = entry["rescore_same"]["wall_s"]
         runs = [("before" + (f" ({data['before']})" if data.get("before") else ""), entry.get("before")),
@@ -248,12 +252,26 @@ def tune_speed(results: Path) -> list[str]:
             rows.append([name, label, run["wall_s"], run["search_s"], run["line_searches"],
                          round(run["wall_s"] / rescore, 2), f"{run['tuned_wer']:.2f}", "-" if cv is None else f"{cv:.2f}",
                          "-" if held is None else f"{held:.2f}"])
+        for label, key in (("untuned defaults", "rescore_untuned"), (f"weights tuned on {name}", "rescore_same"),
+                           (f"weights tuned on {name}", "rescore_held_out")):
+            run = entry.get(key)
+            if not run or "rtf" not in run:
+                continue
+            rescoring.append([run.get("set", name), label, run["wall_s"], run["audio_s"], f"{run['rtf']:.3f}", run["peak_rss_mib"],
+                              f"{run['wer']:.2f}"])
     env = data.get("environment", {})
-    return ["## Tuning time against rescoring time" + by("tune_speed"), "",
-            f"`{data['command']}`: CPU, torch {env.get('torch', '?')}, one thread, model `{data['model']}`, the first "
-            f"{data['limit']} lattices of each PocketSphinx set. Wall seconds include loading and scoring; search "
-            f"seconds are the joint search alone (line searches: the main search's, the folds run as many again each). "
-            f"Tune / rescore: over `afp rescore --weights` on the same lattices (aim: at most 1.5). Held-out: the "
-            f"saved weights applied to the other set's lattices. {data.get('note', '')}".rstrip(), "",
+    where = (f"GPU machine ({env['gpu']}, {env.get('cpu_count', '?')} CPU cores; `afp` on its default device, CUDA)"
+             if env.get("cuda") else "CPU")
+    return ["## Tuning time against rescoring time" + (" on a GPU" if env.get("cuda") else "") + by("tune_speed"), "",
+            f"`{data['command']}`: {where}, torch {env.get('torch', '?')}, one CPU thread per process, model "
+            f"`{data['model']}`, the first {data['limit']} lattices of each PocketSphinx set. Wall seconds include "
+            f"loading and scoring; search seconds are the joint search alone (line searches: the main search's, the "
+            f"folds run as many again each). Tune / rescore: over `afp rescore --weights` on the same lattices (aim: "
+            f"at most 1.5). Held-out: the saved weights applied to the other set's lattices. "
+            f"{data.get('note', '')}".rstrip(), "",
             *table(["set", "search", "wall s", "search s", "line searches", "tune / rescore", "tuned WER",
-                    "cross-validated WER", "held-out WER"], rows)]
+                    "cross-validated WER", "held-out WER"], rows),
+            *(["`afp rescore` on the same lattices (RTF: wall seconds over the audio's, process start and model "
+               "loading included; aim: 0.05):", "",
+               *table(["lattices", "weights", "wall s", "audio s", "RTF", "peak MiB", "WER"], rescoring)] if rescoring
+              else [])]

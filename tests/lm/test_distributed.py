@@ -13,10 +13,12 @@ import torch.multiprocessing as mp
 from tests.factories import free_port, patterned_sentences, random_sentences, saved_model, write_text
 
 WORLD = 2
-#: ranks fork from one server that has torch and this module imported already (spawn re-imports both,
-#: seconds per rank); the server is single-threaded, so forking it is safe
+#: ranks fork from one server that has torch and the training code imported already (spawn re-imports
+#: them, seconds per rank); the server is single-threaded, so forking it is safe. This module is not
+#: preloaded: it imports tests.factories, whose torch.cuda.is_available() initialises CUDA, and a
+#: process forked after that gets "CUDA error: initialization error" from Adam's capture check
 START = "forkserver"
-mp.set_forkserver_preload(["torch", "lm.train", "lm.evaluate", __name__])
+mp.set_forkserver_preload(["torch", "pytest", "lm.train", "lm.evaluate"])
 BUDGET = 80  #: logits at a time in validation: a few positions per batch, so there are many batches
 
 

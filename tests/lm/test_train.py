@@ -160,6 +160,17 @@ def test_native_bf16_reads_the_cpu_flags():
     assert native_bf16(torch.device("meta")) is False
 
 
+def test_a_cuda_ordinal_the_machine_lacks_is_a_clear_error(monkeypatch):
+    """(Seen on a one-GPU machine: torch's "invalid device ordinal" came out of the first tensor.)"""
+    from lm.device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == torch.device("cuda", 0) and resolve_device("cuda").type == "cuda"
+    with pytest.raises(ValueError, match=r"'cuda:7' requested but this machine has 1 CUDA device\(s\): cuda:0 to cuda:0"):
+        resolve_device("cuda:7")
+
+
 def test_tf32_is_on_only_inside_cuda_training_steps(tmp_path, corpus, monkeypatch):
     import lm.train as train_module
 
@@ -174,8 +185,8 @@ def test_tf32_is_on_only_inside_cuda_training_steps(tmp_path, corpus, monkeypatc
     real_step = train_module.train_step
     monkeypatch.setattr(train_module, "train_step", lambda *a, **k: (seen.append(matmul.fp32_precision),
                                                                      real_step(*a, **k))[1])
-    run = train(ModelConfig(mode="afp", rho=2, hidden=12), config(corpus).replace(epochs=1), tmp_path / "run",
-                progress=False)
+    run = train(ModelConfig(mode="afp", rho=2, hidden=12), config(corpus).replace(epochs=1, device="cpu"),
+                tmp_path / "run", progress=False)
     assert seen and set(seen) == {before}  # a CPU run leaves float32 matmuls alone
     assert [m["tf32"] for m in run.metrics] == [False]
 

@@ -59,8 +59,9 @@ def test_health_ready_models(client):
     assert client.get("/readyz").json() == {"status": "ready"}
     (info,) = client.get("/v1/models").json()["models"]
     assert info["rho"] == 2 and info["cell"] == "lstm" and info["vocab_size"] == tiny_vocab().size
-    assert info["device"] == "cpu" and info["batching"] is True
-    assert info["score_precision"] == "fp32"  # auto: bf16 only on CUDA
+    cuda = torch.cuda.is_available()  # the module's server runs on the default device (auto)
+    assert info["device"] == ("cuda:0" if cuda else "cpu") and info["batching"] is True
+    assert info["score_precision"] == ("bf16" if cuda else "fp32")  # auto: bf16 only on CUDA
 
 
 @pytest.mark.parametrize(("setting", "cpu", "cuda"), [(None, False, True), (True, True, True), (False, False, False)])
@@ -70,7 +71,7 @@ def test_batching_defaults_to_on_for_cuda_only(setting, cpu, cuda):
 
 
 def test_batching_auto_is_off_when_serving_on_cpu(model_dir):
-    with client_for(model_dir) as c:
+    with client_for(model_dir, device="cpu") as c:
         (info,) = c.get("/v1/models").json()["models"]
     assert info["device"] == "cpu" and info["batching"] is False
 
