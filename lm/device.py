@@ -17,10 +17,12 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if device.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
         raise ValueError(f"device {name!r} requested but this machine has {count} CUDA device(s): "
                          f"cuda:0 to cuda:{count - 1}")
     return device
