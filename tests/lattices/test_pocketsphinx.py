@@ -517,6 +517,9 @@ def test_anything_else_goes_through_the_line_parser() -> None:
 
 @pytest.mark.parametrize(("change", "line", "field"), [
     (("p=0.3\nJ=5", "p=1e+999\nJ=5"), 27, "p"),  # the fast layout, a number that is not finite
+    (("p=0.3\nJ=5", "p=.\nJ=5"), 27, "p"),  # the link lines' layout, a field without digits
+    (("p=0.3\nJ=5", "p=0.3e-\nJ=5"), 27, "p"),  # an exponent without digits
+    (("a=-41.000000\tp=0.3\nJ=5", "a=-41.0000\u00e9\tp=0.3\nJ=5"), 27, "a"),  # a character that is not ASCII
     (("J=6\tS=1", "J=5\tS=1"), 29, "J"),  # an id twice
     (("I=5\tt=0.10", "I=9\tt=0.10"), 18, "I"),  # an id out of range
     (("start=6", "start=7"), 6, "start"),

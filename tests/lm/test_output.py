@@ -101,6 +101,32 @@ def test_the_output_layers_log_sum_exp_makes_no_other_vocabulary_sized_tensor():
                        torch.logsumexp(F.linear(features, weight, bias), dim=1))
 
 
+def largest_allocation(work) -> int:
+    """Bytes of the largest single CPU allocation of ``work()``'s torch operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    return max((e.self_cpu_memory_usage for e in prof.events()), default=0)
+
+
+def test_the_cpu_output_layer_goes_in_cache_sized_blocks_of_rows(monkeypatch):
+    """On the CPU the fp32 log-sum-exp makes at most CPU_BLOCK_LOGITS logits at a time (not every
+    row's at once), with the values of one block of every row to float32 rounding."""
+    import lm.output
+
+    features, weight, bias = peaked_layer("cpu", vocab=20_000, rows=300)
+    block = lm.output.CPU_BLOCK_LOGITS
+    assert block < 300 * 20_000
+    blocked = _log_sum_exp(features, weight, bias, "fp32", None, 0)
+    block_bytes = largest_allocation(lambda: _log_sum_exp(features, weight, bias, "fp32", None, 0))
+    monkeypatch.setattr(lm.output, "CPU_BLOCK_LOGITS", 1 << 40)
+    whole_bytes = largest_allocation(lambda: _log_sum_exp(features, weight, bias, "fp32", None, 0))
+    assert block_bytes <= block * 4 < whole_bytes == 300 * 20_000 * 4
+    assert blocked.shape == (300,) and torch.allclose(blocked, _log_sum_exp(features, weight, bias, "fp32", None, 0),
+                                                      rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_bf16_is_within_a_thousandth_of_a_nat_where_plain_bf16_is_not(device):
     features, weight, bias = peaked_layer(device)
