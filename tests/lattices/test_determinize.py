@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from lattices.determinize import DeterminizationTooLarge, determinize, ordering_vector, score_components
+from lattices.expand import DEFAULT_SKIP
 from lattices.lattice import Lattice
 from lattices.minimize import minimize, push
 
@@ -437,9 +438,10 @@ def _determinized(lattice: Lattice, w, **kwargs) -> tuple:
 
 @pytest.mark.parametrize("components", [1, 2, 3])
 def test_dropping_rows_before_grouping_changes_nothing(monkeypatch, components):
-    """The determinizer drops a state's rows whose best way to the end is outside the beam (by more
-    than a rounding margin) before grouping them by (word, destination): the same lattice, scores
-    and report as grouping every row, on small lattices and on a large one with many paths."""
+    """The determinizer drops the input's arcs and a state's rows whose best complete path is
+    outside the beam (by more than a rounding margin) before the epsilon closure and before
+    grouping rows by (word, destination): the same lattice, scores and report as grouping every
+    row of every arc, on small lattices and on a large one with many paths."""
     import lattices.determinize as module
 
     rng = np.random.default_rng(components)
@@ -453,10 +455,20 @@ def test_dropping_rows_before_grouping_changes_nothing(monkeypatch, components):
     cases = [(large, 0.5, None), (large, 1.5, None), (large, 4.0, 30)]
     cases += [(random_lattice(seed, components, integer=seed % 2 == 0), beam, None)
               for seed in range(30) for beam in (0.0, 1.0, 3.0)]
+    pruned_arcs = 0
     for lattice, beam, limit in cases:
         w = random_weights(int(beam * 10), components)
         results = []
         for rows in (0, 10 ** 9):
             monkeypatch.setattr(module, "PREFILTER_ROWS", rows)
             results.append(_determinized(lattice, w, beam=beam, max_states=limit))
-        assert results[0] == results[1], (beam, limit)
+        with monkeypatch.context() as every_arc:
+            every_arc.setattr(module, "_within_beam", lambda g, w, beam: (g, False))
+            results.append(_determinized(lattice, w, beam=beam, max_states=limit))
+        assert results[0] == results[1] and results[0][:-1] == results[2][:-1], (beam, limit)
+        vector = ordering_vector(w, score_components(lattice)[0])
+        went = module._within_beam(module._graph(lattice, vector, DEFAULT_SKIP), vector, beam)[1]
+        # the report: whether the beam took anything out, arcs outside it included
+        assert results[0][-1]["cut"] == (results[2][-1]["cut"] or went), (beam, limit)
+        pruned_arcs += went
+    assert pruned_arcs > 10  # the arcs outside the beam were there to take out
