@@ -14,8 +14,13 @@ On the first ``--limit`` lattices of each PocketSphinx dev set (``bench.pocketsp
    untuned defaults, and on the other set's lattices (the weights' held-out WER).
 3. ``afp tune`` with ``--fold-restarts 3`` or ``--restarts 0`` (``--study``): what each default
    buys (``--folds 1``, no cross-validation, was measured before: ``git log bench/results/tune_speed.json``).
+4. ``afp rescore --weights W.json`` on every lattice of the set (``--every-lattice``; the issue's
+   measure of the real-time factor, weights tuned on the first ``--limit``), by this tree's code
+   and ``--before``'s alternately, ``--rounds`` times each: the least wall of each, its WER and
+   peak memory.
 
     .venv/bin/python -m bench.tune_speed --limit 100 --before d7c2ad6 --study
+    .venv/bin/python -m bench.tune_speed --limit 100 --before 1631d38 --every-lattice --rounds 2
 
 Results: ``bench/results/tune_speed.json``.
 """
@@ -100,6 +105,24 @@ def rescore_wer(model: Path, refs: Path, lattices: list[Path], weights: Path | N
             "peak_rss_mib": round(rss)}
 
 
+def rescore_every(model: Path, refs: Path, lattices: list[Path], weights: Path, work: Path, audio: float,
+                  before: Path | None, rounds: int) -> dict[str, Any]:
+    """:func:`rescore_wer` of every lattice by this tree's code and ``before``'s (None: this tree's
+    only), alternately, ``rounds`` times each: the run of the least wall of each code, with every
+    round's wall (``walls_s``) and, with ``before``, the ratio of the least walls."""
+    trees = {"after": REPO_ROOT, **({"before": before} if before is not None else {})}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for _ in range(max(1, rounds)):
+        for name, tree in trees.items():
+            runs[name].append(rescore_wer(model, refs, lattices, weights, work, audio, tree))
+    out: dict[str, Any] = {"lattices": len(lattices), "rounds": max(1, rounds)}
+    for name, done in runs.items():
+        out[name] = {**min(done, key=lambda run: run["wall_s"]), "walls_s": [run["wall_s"] for run in done]}
+    if before is not None:
+        out["speedup"] = round(out["before"]["wall_s"] / out["after"]["wall_s"], 3)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.tune_speed", description=__doc__.split("\n")[0])
     parser.add_argument("--sets", type=Path, nargs=2, default=[REPO_ROOT / "runs" / "pocketsphinx" / s for s in SETS])
@@ -107,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--limit", type=int, help="the first N lattices of each set (default: all)")
     parser.add_argument("--before", metavar="REF", help="also tune with the code of this commit (a git worktree)")
     parser.add_argument("--study", action="store_true", help="also tune without restarts and/or folds")
+    parser.add_argument("--every-lattice", action="store_true",
+                        help="also rescore every lattice of each set with the tuned weights (and by --before's code)")
+    parser.add_argument("--rounds", type=int, default=1, help="--every-lattice runs of each code, alternating")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "tune_speed")
     parser.add_argument("--out", type=Path, default=RESULTS / "tune_speed.json")
     parser.add_argument("--note", default="")
@@ -150,6 +176,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             entry["speedup_search"] = round(entry["before"]["search_s"] / max(entry["tune"]["search_s"], 1e-9), 2)
             entry["speedup_wall"] = round(entry["before"]["wall_s"] / entry["tune"]["wall_s"], 2)
             print(json.dumps({set_dir.name: {"before": entry["before"]}}), file=sys.stderr, flush=True)
+        if args.every_lattice:
+            entry["rescore_every"] = rescore_every(model, refs, lattices_of(set_dir, None), save, args.work,
+                                                   audio_seconds(set_dir, lattices_of(set_dir, None)), before,
+                                                   args.rounds)
+            print(json.dumps({set_dir.name: {"rescore_every": entry["rescore_every"]}}), file=sys.stderr, flush=True)
         if args.study:
             entry["study"] = {}
             for name, flags in STUDY[1:]:

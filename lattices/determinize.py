@@ -277,17 +277,18 @@ def _backward(g: _Graph, levels: np.ndarray) -> np.ndarray:
     return beta
 
 
-def _trim(g: _Graph, levels: np.ndarray) -> _Graph:
-    """``g`` without the states that are not on a start-to-final path, renumbered in order."""
+def _trim(g: _Graph, levels: np.ndarray) -> tuple[_Graph, np.ndarray]:
+    """``g`` without the states that are not on a start-to-final path, renumbered in order, and
+    ``levels`` (int64 ``(S,)``, ``levels[dst] > levels[src]`` for every arc) of its states."""
     alive = topology.reachable(g.num_states, np.array([g.start]), g.src, g.dst, levels)
     alive &= topology.reachable(g.num_states, g.finals, g.dst, g.src, levels, backward=True)
     if alive.all():
-        return g
+        return g, levels
     new_id = np.cumsum(alive) - 1
     arcs = alive[g.src] & alive[g.dst]
     fin = alive[g.finals]
-    return _Graph(int(alive.sum()), int(new_id[g.start]), new_id[g.src[arcs]], new_id[g.dst[arcs]], g.word[arcs],
-                  g.x[arcs], g.p[arcs], new_id[g.finals[fin]], g.fx[fin], g.fp[fin])
+    return (_Graph(int(alive.sum()), int(new_id[g.start]), new_id[g.src[arcs]], new_id[g.dst[arcs]], g.word[arcs],
+                   g.x[arcs], g.p[arcs], new_id[g.finals[fin]], g.fx[fin], g.fp[fin]), levels[alive])
 
 
 def _segments(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -323,8 +324,12 @@ class _Pairs:
     p = property(lambda self: self._p[:self.size])
 
 
-def _remove_epsilons(g: _Graph, w: np.ndarray) -> _Graph:
-    """``g`` without epsilon arcs (word 0), trimmed.
+def _remove_epsilons(g: _Graph, w: np.ndarray, levels: np.ndarray) -> tuple[_Graph, np.ndarray]:
+    """``g`` without epsilon arcs (word 0), trimmed, and the ``levels`` of its states.
+
+    ``levels``: int64 ``(S,)`` with ``levels[dst] > levels[src]`` for every arc of ``g`` (its
+    longest-path depths, or those of a graph it is part of); they hold for the result too (a
+    closure state's copy of an arc leaves a state no deeper than the arc's source).
 
     Each state ``q`` gets the epsilon closure ``{(r, best epsilon path q -> r)}`` (computed level
     by level from the deepest, on whole arrays), a copy of every word arc of each ``r`` with the
@@ -333,9 +338,8 @@ def _remove_epsilons(g: _Graph, w: np.ndarray) -> _Graph:
     pruning score)."""
     eps = g.word == 0
     if not eps.any():
-        return g
+        return g, levels
     n, c = g.num_states, g.x.shape[1]
-    levels = topology.longest_path_levels(n, g.src, g.dst)
     e = np.flatnonzero(eps)
     e = e[np.argsort(-levels[g.src[e]], kind="stable")]
     bounds = [0, *(np.flatnonzero(np.diff(levels[g.src[e]])) + 1).tolist(), len(e)]
@@ -419,11 +423,11 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
     w = ordering_vector(weights, names)
     pruning = beam is not None and prune_scores is not None
     g = _graph(lattice, w, skip, prune_scores if pruning else None, prune_final_scores if pruning else None)
+    levels = lattice.levels.cpu().numpy()
     cut = False
     if beam is not None and not pruning and len(g.src):
-        g, cut = _within_beam(g, w, beam)
-    g = _remove_epsilons(g, w)
-    levels = topology.longest_path_levels(g.num_states, g.src, g.dst)
+        g, cut = _within_beam(g, w, beam, levels)
+    g, levels = _remove_epsilons(g, w, levels)  # the input's levels: the margins are wider, the results the same
     beta = _backward(g, levels)
     best = float(beta[g.start])
     cutoff = -math.inf if beam is None else best - beam - _tolerance(best)
@@ -459,7 +463,7 @@ def _rounding_margin(g: _Graph, w: np.ndarray, levels: np.ndarray, best: float) 
     return 1e-12 * (int(levels.max()) + 2) * (len(w) + 2) * (abs(size) + abs(best) + 1.0)
 
 
-def _within_beam(g: _Graph, w: np.ndarray, beam: float) -> tuple[_Graph, bool]:
+def _within_beam(g: _Graph, w: np.ndarray, beam: float, levels: np.ndarray) -> tuple[_Graph, bool]:
     """``g`` (pruning on ``w . x``) without the arcs through which no complete path comes within
     ``beam`` of the best (less the tolerance and :func:`_rounding_margin`), and whether any went.
 
@@ -467,8 +471,8 @@ def _within_beam(g: _Graph, w: np.ndarray, beam: float) -> tuple[_Graph, bool]:
     through the arc, so the prefilter of :class:`_Determinizer` drops them, and without the
     prefilter they are neither a group's best nor its highest ``p``. Taking them out first keeps
     them out of the epsilon closure, which copies every word arc to each state that reaches it
-    through epsilons: on PocketSphinx dev lattices 15% of the arcs are within a beam of 10."""
-    levels = topology.longest_path_levels(g.num_states, g.src, g.dst)
+    through epsilons: on PocketSphinx dev lattices 15% of the arcs are within a beam of 10.
+    ``levels``: the longest-path depths of ``g``'s states."""
     dag = Dag(g.num_states, g.start, torch.from_numpy(g.src), torch.from_numpy(g.dst), torch.from_numpy(g.p),
               torch.from_numpy(g.finals), torch.from_numpy(g.fp), torch.from_numpy(levels))
     alpha, beta = dag.forward().numpy(), dag.backward().numpy()

@@ -412,3 +412,21 @@ def test_tune_speed_gpu_run_is_its_own_section_with_the_real_time_factors(tmp_pa
         assert "| dev_clean | weights tuned on dev_clean | 30.37 | 611.96 | 0.050 | 1665 | 22.40 |" in section
         assert "| dev_clean | untuned defaults | 30.37 | 611.96 | 0.042 | 1665 | 22.40 |" in section
         assert "| dev_other | weights tuned on dev_clean | 30.37 | 611.96 | 0.045 | 1665 | 22.40 |" in section
+
+
+def test_tune_speed_every_lattice_runs_are_rows_before_and_after(tmp_path):
+    run = {"wall_s": 42.0, "search_s": 13.0, "line_searches": 68, "tuned_wer": 22.4, "cross_validated_wer": 23.8}
+    rescore = {"wall_s": 30.0, "audio_s": 600.0, "rtf": 0.05, "peak_rss_mib": 500, "wer": 22.4}
+    every = {"lattices": 400, "rounds": 2, "speedup": 1.5,
+             "before": {**rescore, "wall_s": 150.0, "audio_s": 2500.0, "rtf": 0.06, "walls_s": [150.0, 155.0]},
+             "after": {**rescore, "wall_s": 100.0, "audio_s": 2500.0, "rtf": 0.04, "peak_rss_mib": 490,
+                       "walls_s": [101.0, 100.0]}}
+    _write(tmp_path / "tune_speed.json", {
+        "command": "python -m bench.tune_speed --every-lattice", "model": "models/librispeech", "limit": 100,
+        "before": "abc1234", "environment": {"torch": "2.x"}, "note": "",
+        "sets": {"dev_clean": {"tune": run, "rescore_same": rescore, "rescore_every": every,
+                               "rescore_held_out": {**rescore, "set": "dev_other"}}}})
+    text = render(tmp_path)
+    assert ("| dev_clean, all 400 | tuned on dev_clean's first 100: before (abc1234) | 150.00 | 2500.00 | 0.060 | 500 "
+            "| 22.40 |") in text
+    assert "| dev_clean, all 400 | tuned on dev_clean's first 100: after | 100.00 | 2500.00 | 0.040 | 490 | 22.40 |" in text

@@ -111,15 +111,16 @@ def test_the_counted_lm_work_and_its_flops_are_the_hand_count():
     assert torch.equal(plain, counted)
     assert "score_contexts" not in vars(model) and "step" not in vars(model.cell)  # unwrapped again
     assert (counts["score_calls"], counts["contexts"], counts["targets"]) == (1, 2, 4)
-    assert (counts["recurrent_rows"], counts["input_rows"], counts["head_rows"]) == (1 + 1 + 2, 1 + 4, 2)
+    # the input part once per distinct word (<s>, 3, 4, 6), the cell once per distinct prefix
+    assert (counts["recurrent_rows"], counts["input_rows"], counts["head_rows"]) == (1 + 1 + 2, 4, 2)
     assert [counts[f"tail{i}_{k}"] for i in (0, 1) for k in ("rows", "targets", "calls")] == [1, 1, 1, 1, 2, 1]
     assert counts["score_seconds"] >= counts["output_seconds"] > 0
     flops = lm_flops(counts, shapes)
-    assert flops["recurrent"] == 4 * 2 * 4 * 12 and flops["input"] == 5 * 2 * 4 * 12 and flops["head"] == 2 * 2 * 4 * 7
+    assert flops["recurrent"] == 4 * 2 * 4 * 12 and flops["input"] == 4 * 2 * 4 * 12 and flops["head"] == 2 * 2 * 4 * 7
     assert (flops["tail0_projection"], flops["tail0_output"]) == (2 * 4 * 2, 2 * 2 * 5)
     assert (flops["tail1_projection"], flops["tail1_output"]) == (2 * 4 * 1, 2 * 1 * (v - 10))
     assert flops["targets"] == 4 * 2 * 4 + 1 * 2 * 2 + 2 * 2 * 1
-    assert flops["total"] == (384 + 480) + (112 + 36 + 8 + 2 * (v - 10) + 40) == flops["cell"] + flops["output"]
+    assert flops["total"] == (384 + 384) + (112 + 36 + 8 + 2 * (v - 10) + 40) == flops["cell"] + flops["output"]
     bound = lm_bound(counts, shapes)
     parts = bound["parts"]
     assert parts["recurrent"]["rows_per_call"] == 1 and parts["tail1_output"]["bias"] is False

@@ -259,6 +259,14 @@ def _tune_speed(data: dict[str, Any]) -> list[str]:
                 continue
             rescoring.append([run.get("set", name), label, run["wall_s"], run["audio_s"], f"{run['rtf']:.3f}", run["peak_rss_mib"],
                               f"{run['wer']:.2f}"])
+        every = entry.get("rescore_every") or {}
+        for code in ("before", "after"):
+            run = every.get(code)
+            if run:
+                label = f"tuned on {name}'s first {data['limit']}: " + (
+                    f"before ({data['before']})" if code == "before" else "after")
+                rescoring.append([f"{name}, all {every['lattices']}", label, run["wall_s"], run["audio_s"],
+                                  f"{run['rtf']:.3f}", run["peak_rss_mib"], f"{run['wer']:.2f}"])
     env = data.get("environment", {})
     where = (f"GPU machine ({env['gpu']}, {env.get('cpu_count', '?')} CPU cores; `afp` on its default device, CUDA)"
              if env.get("cuda") else "CPU")

@@ -463,11 +463,12 @@ def test_dropping_rows_before_grouping_changes_nothing(monkeypatch, components):
             monkeypatch.setattr(module, "PREFILTER_ROWS", rows)
             results.append(_determinized(lattice, w, beam=beam, max_states=limit))
         with monkeypatch.context() as every_arc:
-            every_arc.setattr(module, "_within_beam", lambda g, w, beam: (g, False))
+            every_arc.setattr(module, "_within_beam", lambda g, w, beam, levels: (g, False))
             results.append(_determinized(lattice, w, beam=beam, max_states=limit))
         assert results[0] == results[1] and results[0][:-1] == results[2][:-1], (beam, limit)
         vector = ordering_vector(w, score_components(lattice)[0])
-        went = module._within_beam(module._graph(lattice, vector, DEFAULT_SKIP), vector, beam)[1]
+        went = module._within_beam(module._graph(lattice, vector, DEFAULT_SKIP), vector, beam,
+                                   lattice.levels.numpy())[1]
         # the report: whether the beam took anything out, arcs outside it included
         assert results[0][-1]["cut"] == (results[2][-1]["cut"] or went), (beam, limit)
         pruned_arcs += went
