@@ -38,8 +38,9 @@ them): states that differ only there merge, which makes the result several times
 faster to build, and a kept sequence *outside* the beam then carries the components of one of
 its paths, not necessarily its best; the input's arcs through which no path comes within the
 beam are taken out before the epsilon closure (they change nothing but the work: 85% of a
-PocketSphinx dev lattice's arcs at a beam of 10). With ``prune_scores`` every kept sequence has its best
-vector (the best path under ``w`` may lie outside the pruning beam, so no element is dropped).
+PocketSphinx dev lattice's arcs at a beam of 10). With ``prune_scores`` every kept sequence has
+its best vector (the best path under ``w`` may lie outside the pruning beam, so no element is
+dropped).
 
 With ``max_states`` the queue stops before the state that would pass the limit, and
 :class:`DeterminizationTooLarge` carries the partial result and the largest beam that fits (as
