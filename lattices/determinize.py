@@ -64,7 +64,7 @@ from torch import Tensor
 from lattices import topology
 from lattices.expand import DEFAULT_SKIP, is_disambiguation
 from lattices.lattice import Lattice
-from lattices.search import Dag
+from lattices.search import Dag, beam_tolerance
 
 #: residual weights that agree after rounding to this many nats are taken as equal
 DELTA = 1e-6
@@ -431,7 +431,7 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
     g, levels = _remove_epsilons(g, w, levels)  # the input's levels: the margins are wider, the results the same
     beta = _backward(g, levels)
     best = float(beta[g.start])
-    cutoff = -math.inf if beam is None else best - beam - _tolerance(best)
+    cutoff = -math.inf if beam is None else best - beam - beam_tolerance(best)
     margin = _rounding_margin(g, w, levels, best) if cutoff > -math.inf and not pruning and len(g.src) else math.inf
     determinizer = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning, margin)
     determinizer.cut = cut
@@ -443,16 +443,10 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
     if result is not None and (beam is not None or stopped is not None):
         result = result.subset(torch.ones(result.num_arcs, dtype=torch.bool, device=result.device))
     if stopped is not None:
-        fits = best - stopped - 2 * _tolerance(best)  # a beam whose cutoff is above the task it stopped at
+        fits = best - stopped - 2 * beam_tolerance(best)  # a beam whose cutoff is above the task it stopped at
         raise DeterminizationTooLarge(lattice.key, max_states or 0, fits if fits >= 0 else None, result)
     assert result is not None, f"no final state in the determinized {lattice.key!r}"
     return result
-
-
-def _tolerance(best: float) -> float:
-    """How far below ``best - beam`` a priority may lie and still be within the beam: the
-    priorities sum the same scores in another order."""
-    return 1e-9 * (1.0 + abs(best))
 
 
 def _rounding_margin(g: _Graph, w: np.ndarray, levels: np.ndarray, best: float) -> float:
@@ -480,7 +474,8 @@ def _within_beam(g: _Graph, w: np.ndarray, beam: float, levels: np.ndarray) -> t
     best = float(beta[g.start])
     if not math.isfinite(best):
         return g, False
-    keep = alpha[g.src] + g.p + beta[g.dst] >= best - beam - _tolerance(best) - _rounding_margin(g, w, levels, best)
+    threshold = best - beam - beam_tolerance(best) - _rounding_margin(g, w, levels, best)
+    keep = alpha[g.src] + g.p + beta[g.dst] >= threshold
     if keep.all():
         return g, False
     return _Graph(g.num_states, g.start, g.src[keep], g.dst[keep], g.word[keep], g.x[keep], g.p[keep], g.finals,

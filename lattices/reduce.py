@@ -52,7 +52,7 @@ from lattices.expand import DEFAULT_SKIP, expansion_bound, lattice_word_map
 from lattices.lattice import Lattice
 from lattices.minimize import minimize
 from lattices.oracle import StageReport, stage_report
-from lattices.search import Dag
+from lattices.search import Dag, beam_tolerance
 
 __all__ = ["Reduced", "first_pass_scores", "prune", "reduce_lattice", "states_cap"]
 
@@ -105,7 +105,7 @@ def prune(lattice: Lattice, beam: float, acoustic_scale: float, word_penalty: fl
               lattice.levels, deadline)
     through = dag.arc_best_scores()
     best = float(through.max()) if through.numel() else 0.0
-    pruned = lattice.subset(through >= best - beam - _tolerance(best))
+    pruned = lattice.subset(through >= best - beam - beam_tolerance(best))
     report = {"beam": beam, "arcs_before": lattice.num_arcs, "arcs_after": pruned.num_arcs,
               "states_before": lattice.num_states, "states_after": pruned.num_states}
     return pruned, report
@@ -208,7 +208,7 @@ def _fit(lattice: Lattice, rho: int, budget: int, acoustic_scale: float, word_pe
               lattice.levels, deadline)
     through = dag.arc_best_scores().cpu().numpy().astype(np.float64)
     best = float(through.max())
-    tolerance = _tolerance(best)
+    tolerance = beam_tolerance(best)
     distinct = np.unique(best - through)  # sorted; the first is (about) 0: the best path's arcs
 
     def kept_at(gap: float) -> np.ndarray:
@@ -228,9 +228,3 @@ def _fit(lattice: Lattice, rho: int, budget: int, acoustic_scale: float, word_pe
     beam = max(float(distinct[low]), 0.0)
     keep = torch.from_numpy(kept_at(distinct[low])).to(lattice.device)
     return lattice.subset(keep), beam, low_bound
-
-
-def _tolerance(best: float) -> float:
-    """The rounding allowance of a beam cut: the arcs of the best path sum to ``best`` in another
-    order through the forward and the backward pass, so they may miss it by a few ulps."""
-    return 1e-9 * (1.0 + abs(best))

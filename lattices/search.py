@@ -30,6 +30,13 @@ NEG_INF = -math.inf
 T = TypeVar("T")
 
 
+def beam_tolerance(best: float) -> float:
+    """The rounding allowance of a beam cut at ``best - beam``: a path's score summed in another
+    order (the forward and the backward pass, a priority queue's sums) may miss ``best`` by a few
+    ulps, so scores down to this much further below are within the beam."""
+    return 1e-9 * (1.0 + abs(best))
+
+
 def _graph_cached(compute: Callable[[Dag], T]) -> property:
     """A read-only property computed once per graph: kept in ``Dag.groupings``, which
     :meth:`Dag.with_scores` shares between Dags of the same graph."""
