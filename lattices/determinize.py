@@ -50,7 +50,6 @@ that beam, and a second call with that beam stays within ``max_states``.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -267,15 +266,13 @@ def _quantize(values: np.ndarray, delta: float) -> np.ndarray:
     return values + 0.0
 
 
-def _backward(g: _Graph, levels: np.ndarray) -> np.ndarray:
-    """float64 ``(S,)``: the best pruning score from each state to the end (final score included)."""
-    beta = np.full(g.num_states, -math.inf)
-    beta[g.finals] = g.fp
-    order, offsets = topology.level_order(g.src, levels)
-    for i in range(len(offsets) - 2, -1, -1):
-        part = order[offsets[i]:offsets[i + 1]]
-        np.maximum.at(beta, g.src[part], beta[g.dst[part]] + g.p[part])
-    return beta
+def _dag(g: _Graph, levels: np.ndarray, p: np.ndarray | None = None, fp: np.ndarray | None = None) -> Dag:
+    """``g`` as a :class:`lattices.search.Dag` on its pruning scores (or on ``p`` ``(A,)`` and
+    ``fp`` ``(F,)``), for its forward and backward passes; ``levels`` as in :func:`_trim`."""
+    scores = g.p if p is None else p
+    finals = g.fp if fp is None else fp
+    return Dag(g.num_states, g.start, torch.from_numpy(g.src), torch.from_numpy(g.dst), torch.from_numpy(scores),
+               torch.from_numpy(g.finals), torch.from_numpy(finals), torch.from_numpy(levels))
 
 
 def _trim(g: _Graph, levels: np.ndarray) -> tuple[_Graph, np.ndarray]:
@@ -429,7 +426,7 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
     if beam is not None and not pruning and len(g.src):
         g, cut = _within_beam(g, w, beam, levels)
     g, levels = _remove_epsilons(g, w, levels)  # the input's levels: the margins are wider, the results the same
-    beta = _backward(g, levels)
+    beta = _dag(g, levels).backward().numpy()  # the best pruning score from each state to the end
     best = float(beta[g.start])
     cutoff = -math.inf if beam is None else best - beam - beam_tolerance(best)
     margin = _rounding_margin(g, w, levels, best) if cutoff > -math.inf and not pruning and len(g.src) else math.inf
@@ -454,7 +451,7 @@ def _rounding_margin(g: _Graph, w: np.ndarray, levels: np.ndarray, best: float) 
     summed in one order from the same path's summed in another (a row's pruning residual from its
     ``w . x``, see :class:`_Determinizer`): from the largest sum of ``|w_c x_c|`` along a path and
     the longest path of ``g`` (pruning on ``w . x``)."""
-    size = float(_backward(dataclasses.replace(g, p=np.abs(g.x) @ w, fp=np.abs(g.fx) @ w), levels)[g.start])
+    size = float(_dag(g, levels, np.abs(g.x) @ w, np.abs(g.fx) @ w).backward()[g.start])
     return 1e-12 * (int(levels.max()) + 2) * (len(w) + 2) * (abs(size) + abs(best) + 1.0)
 
 
@@ -468,8 +465,7 @@ def _within_beam(g: _Graph, w: np.ndarray, beam: float, levels: np.ndarray) -> t
     them out of the epsilon closure, which copies every word arc to each state that reaches it
     through epsilons: on PocketSphinx dev lattices 15% of the arcs are within a beam of 10.
     ``levels``: the longest-path depths of ``g``'s states."""
-    dag = Dag(g.num_states, g.start, torch.from_numpy(g.src), torch.from_numpy(g.dst), torch.from_numpy(g.p),
-              torch.from_numpy(g.finals), torch.from_numpy(g.fp), torch.from_numpy(levels))
+    dag = _dag(g, levels)
     alpha, beta = dag.forward().numpy(), dag.backward().numpy()
     best = float(beta[g.start])
     if not math.isfinite(best):

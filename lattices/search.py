@@ -123,7 +123,7 @@ class Dag:
         order, offsets = self._by_src_level if reverse else self._by_dst_level
         src, dst = self._arrays
         frm, to = (dst[order], src[order]) if reverse else (src[order], dst[order])
-        score = self.score.cpu().numpy().astype(np.float64)[order]
+        score = self.score.cpu().numpy().astype(np.float64, copy=False)[order]
         fold = np.logaddexp.at if log_sum else np.maximum.at
         levels = range(len(offsets) - 2, -1, -1) if reverse else range(len(offsets) - 1)
         for i in levels:
@@ -152,7 +152,7 @@ class Dag:
         """
         order, offsets = self._by_dst_level
         src, dst = self._arrays
-        frm, to, score = src[order], dst[order], self.score.cpu().numpy().astype(np.float64)[order]
+        frm, to, score = src[order], dst[order], self.score.cpu().numpy().astype(np.float64, copy=False)[order]
         alpha = np.full(self.num_states, NEG_INF)
         alpha[self.start] = 0.0
         none = src.shape[0]  # larger than every arc id
