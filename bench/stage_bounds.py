@@ -136,11 +136,10 @@ def measure_reader(files: Sequence[Path]) -> dict[str, Any]:
 def scalar_acceptor(lattice: Any, weights: Any, skip: Sequence[str] | frozenset[str]) -> Any:
     """The lattice as our determinizer sees it, in one score ``first_pass`` = ``x . w`` (score components ``x``,
     ordering ``weights``; cost = -score), ``skip`` symbols (and 0, disambiguation) as epsilon word 0."""
-    from lattices.determinize import ordering_vector, score_components, skipped_symbol_ids
+    from lattices.determinize import epsilon_words, ordering_vector, score_components
 
     names, x, fx = score_components(lattice)
-    w, words = ordering_vector(weights, names), lattice.words.cpu().numpy().astype(np.int64)
-    words = np.where(np.isin(words, skipped_symbol_ids(lattice.symbols, np.unique(words).tolist(), skip)), 0, words)
+    w, words = ordering_vector(weights, names), epsilon_words(lattice, skip)
     return lattice.replace(words=torch.from_numpy(words), scores={"first_pass": torch.from_numpy(x @ w)},
                            final_scores={"first_pass": torch.from_numpy(fx @ w)}, arc_extra={}, state_extra={})
 

@@ -155,12 +155,17 @@ def skipped_symbol_ids(symbols: Sequence[str], ids: Iterable[int], skip: Iterabl
                     dtype=np.int64)
 
 
+def epsilon_words(lattice: Lattice, skip: Iterable[str] = DEFAULT_SKIP) -> np.ndarray:
+    """int64 ``(A,)``: the lattice's arc words as determinization sees them, each symbol it removes
+    (:func:`skipped_symbol_ids`) as epsilon, 0."""
+    words = lattice.words.cpu().numpy().astype(np.int64)
+    return np.where(np.isin(words, skipped_symbol_ids(lattice.symbols, np.unique(words).tolist(), skip)), 0, words)
+
+
 def _graph(lattice: Lattice, w: np.ndarray, skip: Iterable[str], prune_scores: Tensor | None = None,
            prune_final_scores: Tensor | None = None) -> _Graph:
     _, x, fx = score_components(lattice)
-    words = lattice.words.cpu().numpy().astype(np.int64)
-    used = np.unique(words).tolist()
-    words = np.where(np.isin(words, skipped_symbol_ids(lattice.symbols, used, skip)), 0, words)
+    words = epsilon_words(lattice, skip)
     if prune_scores is None:
         p, fp = x @ w, fx @ w
     else:
@@ -693,4 +698,4 @@ class _Determinizer:
 
 
 __all__ = ["DELTA", "DeterminizationTooLarge", "build_lattice", "best_of_groups", "determinize", "ordering_vector",
-           "score_components", "skipped_symbol_ids"]
+           "epsilon_words", "score_components", "skipped_symbol_ids"]

@@ -98,11 +98,9 @@ def _log_sum_exp(features: Tensor, weight: Tensor, bias: Tensor | None, precisio
     are the only vocabulary-sized tensor made (:func:`logsumexp_in_place`)."""
     if precision == "fp32":
         rows = features.shape[0]
-        step = max(1, CPU_BLOCK_LOGITS // weight.shape[0]) if features.device.type == "cpu" else rows
-        if step >= rows:
-            return logsumexp_in_place(F.linear(features, weight, bias).float())
-        out = torch.empty(rows, dtype=torch.float32)
-        for start in range(0, rows, step):
+        step = max(1, CPU_BLOCK_LOGITS // weight.shape[0] if features.device.type == "cpu" else rows)
+        out = features.new_empty(rows, dtype=torch.float32)
+        for start in range(0, rows, step):  # CPU_BLOCK_LOGITS at a time on the CPU, every row at once elsewhere
             out[start:start + step] = logsumexp_in_place(F.linear(features[start:start + step], weight, bias).float())
         return out
     if precision != "bf16":
