@@ -101,6 +101,9 @@ class ModelConfig(_JsonConfig):
       cutoffs: adaptive softmax cluster boundaries, increasing, each in ``(0, vocab_size - 1)``;
         None picks :func:`default_cutoffs`.
       div_value: each tail cluster's projection is ``div_value`` times narrower than the last.
+      adaptive_input: embed the input words by the same clusters (Baevski & Auli's adaptive
+        input, :mod:`lm.embedding`): full-width vectors for the ``cutoffs[0]`` most frequent ids,
+        ``div_value ** i`` times narrower ones projected to full width for tail cluster ``i``.
       future: ``K > 0`` makes an acausal window model (:mod:`lm.window`): word ``t`` is scored
         from the ``rho`` words before it and the ``K`` after it, itself masked; its sentence score
         is a pseudo-log-likelihood. An afp-mode rnn setting; 0 (the default) is a causal model.
@@ -124,6 +127,7 @@ class ModelConfig(_JsonConfig):
     softmax: str = "full"
     cutoffs: tuple[int, ...] | None = None
     div_value: float = 4.0
+    adaptive_input: bool = False
     future: int = 0
 
     def __post_init__(self) -> None:
@@ -161,6 +165,8 @@ class ModelConfig(_JsonConfig):
             _check(self.softmax == "adaptive", "cutoffs", "only used by softmax=adaptive")
         _check(not (self.tie_weights and self.softmax == "adaptive"), "tie_weights",
                "cannot be combined with softmax=adaptive")
+        _check(isinstance(self.adaptive_input, bool), "adaptive_input", f"must be true or false, got {self.adaptive_input!r}")
+        _check(not (self.tie_weights and self.adaptive_input), "tie_weights", "cannot be combined with adaptive_input")
         _check_int(self.future, "future", 0)
         if self.future:
             _check(self.arch == "rnn" and self.mode == "afp", "future",

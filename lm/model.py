@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from lm.cells import RecurrentCell, make_cell
 from lm.config import ModelConfig
+from lm.embedding import AdaptiveEmbedding
 from lm.output import low_precision_weight, picked_log_softmax
 from lm.window import WINDOW_METHODS, build_windows
 
@@ -44,7 +45,9 @@ class LanguageModel(nn.Module, ABC):
     def __init__(self, config: ModelConfig, feature_size: int) -> None:
         super().__init__()
         self.config = config
-        self.embedding = nn.Embedding(config.input_vocab_size, config.embedding_size)
+        self.embedding: nn.Module = (
+            AdaptiveEmbedding(config.input_vocab_size, config.embedding_size, config.adaptive_cutoffs, config.div_value)
+            if config.adaptive_input else nn.Embedding(config.input_vocab_size, config.embedding_size))
         self.dropout = nn.Dropout(config.dropout)
         if config.softmax == "adaptive":
             narrowest = int(feature_size // config.div_value ** len(config.adaptive_cutoffs))

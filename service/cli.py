@@ -56,6 +56,7 @@ _HELP = {
                "vocabularies, still exact)",
     "cutoffs": "adaptive softmax cluster boundaries, e.g. 2000,10000 (default: by vocabulary size)",
     "div_value": "adaptive softmax: each tail cluster's projection is this many times narrower",
+    "adaptive_input": "embed input words by the adaptive softmax's clusters (narrower vectors for rarer words)",
     "train": "training text (one sentence per line) or lhotse cuts/supervisions manifest",
     "data": "a directory written by afp prepare (instead of --train): memory-mapped shards, their vocabulary "
             "and validation split",

@@ -40,9 +40,10 @@ def test_distribution_is_normalised_and_blocked_ids_get_nothing(cell, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("max_elements", [16, 1 << 20])
-def test_context_scoring_equals_the_sentence_pass(device, max_elements):
+@pytest.mark.parametrize("adaptive_input", [False, True])
+def test_context_scoring_equals_the_sentence_pass(device, max_elements, adaptive_input):
     vocab = tiny_vocab()
-    model = make_model(vocab, cell="gru", mode="afp", rho=3, device=device, **ADAPTIVE)
+    model = make_model(vocab, cell="gru", mode="afp", rho=3, device=device, adaptive_input=adaptive_input, **ADAPTIVE)
     sentences = random_sentences(12, seed=3)
     batch = collate(encode(sentences, vocab).ids).to(device)
     with torch.no_grad():

@@ -15,7 +15,8 @@ from tests.factories import collate, CELL_CONFIGS, make_model, random_sentences,
     {"mode": "afp", "rho": 3, **CELL_CONFIGS["lstm-3layers"]},
     {"mode": "exact", "cell": "gru", "tie_weights": True},
     {"arch": "ffnn", "order": 3, "tie_weights": True, "embedding": 8},
-], ids=["scrn", "lstm-stack", "gru-tied", "ffnn-tied"])
+    {"mode": "afp", "rho": 2, "cell": "gru", "softmax": "adaptive", "cutoffs": (5, 10), "div_value": 2.0, "adaptive_input": True},
+], ids=["scrn", "lstm-stack", "gru-tied", "ffnn-tied", "gru-adaptive-input"])
 def test_round_trip_gives_identical_scores(tmp_path, fields):
     vocab = tiny_vocab()
     model = make_model(vocab, **fields)
