@@ -199,7 +199,8 @@ class InputRescorer:
         from afp.outputs import JobOutputs
 
         self.job = job
-        self.ready = LoadedSetup(job.setup, return_lattice="lattices" in job.also)
+        self.ready = LoadedSetup(job.setup, return_lattice="lattices" in job.also, workers=job.workers,
+                                 batch_pairs=job.batch_pairs)
         # outputs that cannot be written for these options (--also ctm with several LM weights...)
         # fail the job now, not every input one by one
         JobOutputs(self._output_options(CorpusInput("input", "input"), Path(job.out_dir)), input_format=job.format,
@@ -253,8 +254,7 @@ class InputRescorer:
                     failed(failure)
 
                 lattices = iter_lattices([item.spec], job.format, ready.symbols, on_error=unreadable)
-                ready.rescore_into(_counting(lattices, keys), outputs, job.workers, job.batch_pairs, warn=warn,
-                                   on_failure=failed)
+                ready.rescore_into(_counting(lattices, keys), outputs, warn=warn, on_failure=failed)
         return failures, len(keys)
 
     def _output_options(self, item: CorpusInput, staging: Path) -> Any:
@@ -471,14 +471,18 @@ def run_corpus_job(job: CorpusJob, show_progress: bool = True) -> tuple[CorpusSu
     progress = Progress(len(planned), enabled=show_progress)
     summary = CorpusSummary("local", job.job, job.num_jobs)
     rescorer: InputRescorer | None = None
-    for item in planned:
-        outcome = job.done_before(item)
-        if outcome is None:
-            if rescorer is None:
-                rescorer = InputRescorer(job)
-            outcome = rescorer.run(item)
-        summary.outcomes.append(outcome)
-        progress.update(outcome)
+    try:
+        for item in planned:
+            outcome = job.done_before(item)
+            if outcome is None:
+                if rescorer is None:
+                    rescorer = InputRescorer(job)
+                outcome = rescorer.run(item)
+            summary.outcomes.append(outcome)
+            progress.update(outcome)
+    finally:
+        if rescorer is not None:
+            rescorer.ready.close()  # the worker processes, if any
     summary.seconds = time.perf_counter() - started
     options = rescorer.ready.options if rescorer is not None else None
     return summary, write_summary(job, summary, options, job.setup.model.model)

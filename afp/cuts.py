@@ -15,17 +15,17 @@ Cuts whose supervisions carry text are scored against it (:mod:`afp.wer`). The s
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from afp.batching import DEFAULT_BATCH_PAIRS
-from afp.jobs import Failure, rescore_all
+from afp.jobs import Failure
 from afp.wer import WerStats, cut_reference, word_errors
 from lattices.formats import read_lattice_file
 from lattices.lattice import Lattice, LatticeFormatError
-from lattices.rescore import RescoreOptions
-from lattices.scorer import ContextScorer, WindowScorer
+
+if TYPE_CHECKING:
+    from afp.rescore_job import LoadedSetup
 
 
 class CutLatticeError(ValueError):
@@ -55,14 +55,13 @@ def _lattice_for(cut: Any, base: Path, symbols: Sequence[str] | None, cache: dic
     raise CutLatticeError(f"cut {cut.id!r}: {path} has no lattice with key {wanted!r}")
 
 
-def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextScorer, options: RescoreOptions,
-                 symbols: Sequence[str] | None = None, device: str | None = None, progress: bool | None = None,
-                 old_lm: ContextScorer | None = None, warn: Callable[[str], None] | None = None, workers: int = 1,
-                 batch_pairs: int = DEFAULT_BATCH_PAIRS, features: Mapping[str, WindowScorer] | None = None) -> dict[str, Any]:
+def rescore_cuts(cuts_path: str | Path, out_path: str | Path, ready: LoadedSetup, progress: bool | None = None,
+                 warn: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Rescore every cut's lattice, write the CutSet with hypotheses, return a summary with WER.
 
-    The lattices go through :func:`afp.jobs.rescore_all`, the job code of ``afp rescore`` (the
-    same options, ``old_lm``, ``features``, every LM weight, ``workers``, the unknown-word warning): a cut whose
+    The lattices go through :meth:`afp.rescore_job.LoadedSetup.outcomes`, the job code of ``afp
+    rescore`` (the same model, options, old LM, features, every LM weight, workers, the untuned and
+    unknown-word warnings): a cut whose
     lattice cannot be read or rescored gets ``custom["rescore"] = {"error": ...}`` and no
     hypothesis, and the job goes on. Each cut gets ``custom["hypothesis"]`` (the first LM
     weight's 1-best) and, with several weights, ``custom["hypotheses"]`` (``{"%g" % weight:
@@ -80,7 +79,8 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
         raise CutLatticeError(f"{cuts_path}: expected a CutSet, got {type(cuts).__name__}")
     base = cuts_path.resolve().parent
     cache: dict[Path, list[Lattice]] = {}
-    weights: list[float | None] = list(options.lm_weights or (None,))  # None: the untuned default, named by a result
+    symbols = ready.symbols
+    weights: list[float | None] = list(ready.options.lm_weights or (None,))  # None: the untuned default, named by a result
     errors = [WerStats.zero() for _ in weights]
     fed: deque[Any] = deque()  # cuts whose lattices rescore_all has taken, in order
     out: list[Any] = []
@@ -102,13 +102,13 @@ def rescore_cuts(cuts_path: str | Path, out_path: str | Path, scorer: ContextSco
             fed.append(cut)
             yield lattice
 
-    for outcome in rescore_all(lattices(), scorer, options, device=device, progress=progress, old_lm=old_lm,
-                               features=features,
-                               warn=warn, workers=workers, batch_pairs=batch_pairs):
+    for outcome in ready.outcomes(lattices(), warn, progress):
         cut = fed.popleft()
         if isinstance(outcome, Failure):
             fail(cut, f"cut {cut.id!r}: {outcome.message}")
             continue
+        if warn is not None:
+            ready.warn_untuned(outcome, warn)
         reference = cut_reference(cut)
         for i, result in enumerate(outcome):
             if weights[i] is None:

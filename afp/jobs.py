@@ -176,23 +176,25 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
     stream = tqdm(lattices, desc="rescoring", unit="lattice", disable=not show)
     if workers <= 1:
         outcomes: Iterator[list[RescoreResult] | Failure] = (
-            _rescore_one(lattice, scorer, options, device, old_lm, features) for lattice in stream)
-        yield from _warn_once(outcomes, warn, scorer)
+            rescore_lattice(lattice, scorer, options, device, old_lm, features) for lattice in stream)
+        yield from warn_once(outcomes, warn, scorer)
         return
     from afp.batching import BatchingScorer
 
     batcher = BatchingScorer(scorer, enabled=True, max_pairs=batch_pairs)
     try:
-        work = functools.partial(_rescore_one, scorer=batcher, options=options, device=device, old_lm=old_lm,
+        work = functools.partial(rescore_lattice, scorer=batcher, options=options, device=device, old_lm=old_lm,
                                  features=features)
-        yield from _warn_once(_in_order(stream, work, workers), warn, scorer)
+        yield from warn_once(_in_order(stream, work, workers), warn, scorer)
     finally:
         batcher.close()
 
 
-def _rescore_one(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: str | None,
-                 old_lm: ContextScorer | None,
-                 features: Mapping[str, WindowScorer] | None = None) -> list[RescoreResult] | Failure:
+def rescore_lattice(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: str | None,
+                    old_lm: ContextScorer | None,
+                    features: Mapping[str, WindowScorer] | None = None) -> list[RescoreResult] | Failure:
+    """One lattice rescored (:func:`lattices.rescore.rescore`), or a :class:`Failure` when this
+    lattice cannot be (over the expansion budget, malformed): the job goes on."""
     try:
         return rescore(lattice, scorer, options, device=device, old_lm=old_lm, features=features)
     except (ExpansionTooLarge, LatticeFormatError) as err:  # this lattice only; the job goes on
@@ -216,7 +218,7 @@ def _in_order(items: Iterable[T], fn: Callable[[T], R], workers: int) -> Iterato
                 future.cancel()
 
 
-def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure], warn: Callable[[str], None] | None,
+def warn_once(outcomes: Iterable[list[RescoreResult] | Failure], warn: Callable[[str], None] | None,
                scorer: ContextScorer) -> Iterator[list[RescoreResult] | Failure]:
     """Pass ``outcomes`` through, giving each kind of input warning once per job (a lattice's words
     mostly unknown, words looked up in another case: :func:`lattices.diagnostics.input_warnings`)."""
@@ -231,4 +233,4 @@ def _warn_once(outcomes: Iterable[list[RescoreResult] | Failure], warn: Callable
 
 
 __all__ = ["Failure", "InputSpec", "default_shard", "iter_lattices", "parse_shard", "rescore_all",
-           "write_rescored"]
+           "rescore_lattice", "warn_once", "write_rescored"]

@@ -16,16 +16,19 @@ weights file of ``afp tune --save``. The command line builds one from its flags:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.jobs import Failure
 from afp.outputs import JobOutputs, OutputOptions
 from afp.scoring import ExtraScorers, ModelSpec, load_extra_scorers
 from lattices.lattice import Lattice
-from lattices.rescore import RescoreOptions
+from lattices.rescore import RescoreOptions, RescoreResult
+
+if TYPE_CHECKING:
+    from lattices.scored import ScoredLattice
 
 __all__ = ["LoadedSetup", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job", "run_rescore_job"]
 
@@ -114,42 +117,112 @@ class RescoreSummary:
 
 class LoadedSetup:
     """A :class:`RescoreSetup` made ready once for many inputs: the symbol table, the model and its
-    scorer, the engine's options, the old LM and the features (a corpus job's worker loads one
-    and rescores input after input with it, :mod:`afp.corpus`)."""
+    scorer, the engine's options, the old LM and the features. Every rescoring door loads its model
+    this way (``afp rescore``, ``afp rescore-cuts``, ``afp tune``'s scoring pass, a corpus job's
+    inputs, each worker process of :mod:`afp.workers`), so each refuses and warns alike.
 
-    def __init__(self, setup: RescoreSetup, return_lattice: bool = False) -> None:
+    ``workers``: lattices at a time (:meth:`outcomes`): worker processes on a CPU, each with this
+    setup loaded once (:class:`afp.workers.LatticePool`, started at the first use and kept for the
+    job: :meth:`close`); on a GPU, threads whose scoring meets in merged model calls of at most
+    ``batch_pairs`` pairs (:func:`afp.jobs.rescore_all`)."""
+
+    def __init__(self, setup: RescoreSetup, return_lattice: bool = False, workers: int = 1,
+                 batch_pairs: int = DEFAULT_BATCH_PAIRS) -> None:
         self.setup = setup
+        self.return_lattice = return_lattice
+        self.workers, self.batch_pairs = workers, batch_pairs
         self.symbols = setup.symbols()
         self.loaded = setup.model.load()
+        if self.loaded.config.context_size is None:
+            raise ValueError(f"{setup.model.model or 'the model'}: an exact (unbounded) RNN cannot rescore lattices "
+                             f"exactly; use an AFP-rho or n-gram model")
         self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice or None)
         self.scorer = setup.model.scorer(self.loaded)
         self.old_lm, self.features = setup.extra_scorers(self.loaded)
         self.untuned = setup.untuned  # the untuned-weights warning is still to be given
+        self._pool: Any = None
 
-    def rescore_into(self, lattices: Iterator[Lattice], outputs: JobOutputs, workers: int = 1,
-                     batch_pairs: int = DEFAULT_BATCH_PAIRS, warn: Callable[[str], None] | None = None,
+    @property
+    def device(self) -> str:
+        """The model's device type (``cpu``, ``cuda``)."""
+        return self.loaded.device.type
+
+    @property
+    def uses_processes(self) -> bool:
+        """Whether :meth:`outcomes` runs worker processes (``workers > 1`` on a CPU)."""
+        return self.workers > 1 and self.device == "cpu"
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> LoadedSetup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def rescore_one(self, lattice: Lattice) -> list[RescoreResult] | Failure:
+        """One lattice rescored here (one result per LM weight), or a :class:`afp.jobs.Failure`
+        saying why it could not be."""
+        from afp.jobs import rescore_lattice
+
+        return rescore_lattice(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
+
+    def score_one(self, lattice: Lattice) -> ScoredLattice:
+        """One lattice pruned, expanded and scored here, the weight-independent part of rescoring
+        (:func:`lattices.rescore.score_for_options`: what ``afp tune`` tabulates)."""
+        from lattices.rescore import score_for_options
+
+        return score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
+
+    def _processes(self) -> Any:
+        if self._pool is None:
+            from afp.workers import LatticePool
+
+            self._pool = LatticePool(self.setup, self.workers, self.return_lattice)
+        return self._pool
+
+    def outcomes(self, lattices: Iterable[Lattice], warn: Callable[[str], None] | None = None,
+                 progress: bool | None = None) -> Iterator[list[RescoreResult] | Failure]:
+        """:meth:`rescore_one` of every lattice, in input order, ``workers`` at a time; ``warn``
+        is told each input warning once (:func:`afp.jobs.rescore_all`)."""
+        from afp.jobs import Failure, rescore_all, warn_once
+
+        if not self.uses_processes:
+            yield from rescore_all(iter(lattices), self.scorer, self.options, device=self.device, progress=progress,
+                                   old_lm=self.old_lm, warn=warn, workers=self.workers, batch_pairs=self.batch_pairs,
+                                   features=self.features)
+            return
+        outcomes = self._processes().map("rescore", _progress(lattices, progress),
+                                         on_death=lambda lattice, reason: Failure(lattice.key, reason))
+        yield from warn_once(outcomes, warn, self.scorer)
+
+    def scored(self, lattices: Iterable[Lattice], progress: bool | None = None) -> Iterator[ScoredLattice]:
+        """:meth:`score_one` of every lattice, in input order, ``workers`` processes at a time on a
+        CPU (one at a time elsewhere); an error in any lattice is raised."""
+        if not self.uses_processes:
+            yield from map(self.score_one, _progress(lattices, progress, "scoring"))
+            return
+        yield from self._processes().map("score", _progress(lattices, progress, "scoring"))
+
+    def rescore_into(self, lattices: Iterable[Lattice], outputs: JobOutputs,
+                     warn: Callable[[str], None] | None = None,
                      on_failure: Callable[[Failure], None] | None = None) -> RescoreSummary:
         """Rescore ``lattices`` and write each one's results to the open ``outputs``; a lattice that
         cannot be rescored or written is reported to ``outputs`` and ``on_failure``, and the rest
         go on. ``warn`` is told, once each: untuned weights, input warnings
         (:func:`afp.jobs.rescore_all`)."""
-        from afp.jobs import rescore_all
         from afp.outputs import LatticeOutputError
 
         say = warn or (lambda text: None)
         failed = seen = 0
-        for results in rescore_all(lattices, self.scorer, self.options, device=self.loaded.device.type,
-                                   old_lm=self.old_lm, features=self.features, warn=say, workers=workers,
-                                   batch_pairs=batch_pairs):
+        for results in self.outcomes(lattices, say):
             seen += 1
-            if self.untuned and not isinstance(results, Failure):
-                from lattices.diagnostics import untuned_weights_warning
-
-                first = results[0]
-                say(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
-                    + " (this warning is given once per job)")
-                self.untuned = False
             if not isinstance(results, Failure):
+                self.warn_untuned(results, say)
                 try:
                     outputs.write(results)
                     continue
@@ -160,6 +233,26 @@ class LoadedSetup:
             if on_failure is not None:
                 on_failure(results)
         return RescoreSummary(seen=seen, failed=failed)
+
+    def warn_untuned(self, results: list[RescoreResult], warn: Callable[[str], None]) -> None:
+        """Say once per job that the weights are the untuned defaults (when they are)."""
+        if self.untuned:
+            from lattices.diagnostics import untuned_weights_warning
+
+            first = results[0]
+            warn(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
+                 + " (this warning is given once per job)")
+            self.untuned = False
+
+
+def _progress(lattices: Iterable[Lattice], progress: bool | None, desc: str = "rescoring") -> Iterable[Lattice]:
+    """``lattices`` with a progress bar on standard error (None: when it is a terminal)."""
+    import sys
+
+    from tqdm import tqdm
+
+    show = sys.stderr.isatty() if progress is None else progress
+    return tqdm(lattices, desc=desc, unit="lattice", disable=not show) if show else lattices
 
 
 def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
@@ -174,15 +267,16 @@ def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,
 
     setup, say = job.setup, warn or (lambda text: None)
     shard = parse_shard(job.shard) if job.shard else default_shard()
-    ready = LoadedSetup(setup, return_lattice=job.outputs.out is not None)
+    ready = LoadedSetup(setup, return_lattice=job.outputs.out is not None, workers=job.workers,
+                        batch_pairs=job.batch_pairs)
     outputs = JobOutputs(job.outputs, input_format=job.format, lm_weights=ready.options.lm_weights,
                          symbols=ready.symbols, rank=None if shard[1] == 1 or job.shard else shard[0])
     if setup.options.get("posteriors") and not job.outputs.json and outputs.results_on_stdout:
         say("--posteriors: the transcript lines hold words only; the word posteriors are in --json output "
             "(best.word_posteriors) and in the --ctm confidence column")
     lattices = iter_lattices(list(job.inputs), job.format, ready.symbols, shard)
-    with outputs:
-        summary = ready.rescore_into(lattices, outputs, job.workers, job.batch_pairs, warn, on_failure)
+    with ready, outputs:
+        summary = ready.rescore_into(lattices, outputs, warn, on_failure)
     if summary.seen == 0:
         say(f"no lattice was read from {', '.join(job.inputs)}" + (f" (shard {shard[0]}/{shard[1]})"
                                                                      if shard[1] > 1 else ""))
@@ -196,10 +290,5 @@ def run_rescore_cuts_job(setup: RescoreSetup, cuts: str, out: str, workers: int 
     without a hypothesis, each told to ``warn``)."""
     from afp.cuts import rescore_cuts
 
-    symbols = setup.symbols()
-    loaded = setup.model.load()
-    scorer = setup.model.scorer(loaded)
-    options = setup.rescore_options(loaded.default_unk_penalty)
-    old_lm, features = setup.extra_scorers(loaded)
-    return rescore_cuts(cuts, out, scorer, options, symbols, device=loaded.device.type, old_lm=old_lm, warn=warn,
-                        features=features, workers=workers, batch_pairs=batch_pairs)
+    with LoadedSetup(setup, workers=workers, batch_pairs=batch_pairs) as ready:
+        return rescore_cuts(cuts, out, ready, warn=warn)

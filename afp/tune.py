@@ -16,6 +16,7 @@ WER is computed with kaldialign (:mod:`afp.wer`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -165,17 +166,23 @@ class Tuner:
             raise ValueError(f"lattice {key!r} has scores {names}, the first had {self.names}: "
                              "a dev set must carry the same named scores throughout")
 
-    def add(self, lattices: Iterable[Any], progress: bool = False) -> None:
-        """Expand, score and tabulate lattices (their keys must have references)."""
+    def add(self, lattices: Iterable[Any], progress: bool = False,
+            score: Callable[[Iterable[Any]], Iterable[ScoredLattice]] | None = None) -> None:
+        """Expand, score and tabulate lattices (their keys must have references). ``score``: what
+        scores them, in order (:meth:`afp.rescore_job.LoadedSetup.scored`, worker processes);
+        None: this tuner's scorer, here, one after another."""
         from tqdm import tqdm
 
-        if self.scorer is None:
+        if self.scorer is None and score is None:
             raise ValueError("this tuner has no scorer: use add_table")
         lattices = list(lattices)
         refs = match_references(self.refs, [lattice.key for lattice in lattices])
         self._see_case(refs.values(), (lattice_words(lattice) for lattice in lattices))
-        for lattice in tqdm(lattices, desc="scoring", unit="lattice", disable=not progress):
-            scored = score_for_options(lattice, self.scorer, self.options, self.device, self.old_lm, self.features)
+        if score is None:
+            score = functools.partial(map, lambda lattice: score_for_options(
+                lattice, self.scorer, self.options, self.device, self.old_lm, self.features))
+        shown = tqdm(lattices, desc="scoring", unit="lattice", disable=not progress)
+        for lattice, scored in zip(lattices, score(shown), strict=True):
             self.add_scored(scored, refs[lattice.key])
 
     def add_scored(self, scored: ScoredLattice, ref: list[str] | None = None) -> None:

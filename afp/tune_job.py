@@ -79,7 +79,9 @@ class TuneJob:
     ``grid``, ``mbr`` or any of ``lm_weights``, ``old_lm_weights``, ``word_penalties``,
     ``unk_penalties`` (comma lists or ``start:stop:step``; unset: :data:`GRID_DEFAULTS`); ``plot``:
     a PNG of the grid. ``save``: the weights file to write (:class:`afp.weights.TunedWeights`);
-    ``command``: recorded in it. ``progress``: progress bars (None: when stderr is a terminal)."""
+    ``command``: recorded in it. ``progress``: progress bars (None: when stderr is a terminal).
+    ``workers``: lattices scored at a time, in worker processes on a CPU
+    (:meth:`afp.rescore_job.LoadedSetup.scored`)."""
 
     setup: RescoreSetup
     inputs: tuple[str, ...]
@@ -101,6 +103,7 @@ class TuneJob:
     plot: str | None = None
     command: str | None = None
     progress: bool | None = None
+    workers: int = 1
 
     @property
     def grid_mode(self) -> bool:
@@ -135,15 +138,13 @@ def load_tuner(job: TuneJob, refs: dict[str, list[str]], progress: bool = False)
     ``job.setup`` (:meth:`RescoreSetup.rescore_options`, the model's unknown-word penalty filled
     in), the old LM and the features, and every input added against ``refs``."""
     from afp.jobs import iter_lattices
+    from afp.rescore_job import LoadedSetup
 
-    setup = job.setup
-    symbols = setup.symbols()
-    loaded = setup.model.load()
-    options = setup.rescore_options(loaded.default_unk_penalty)
-    old_lm, features = setup.extra_scorers(loaded)
-    tuner = Tuner(setup.model.scorer(loaded), options, refs, device=loaded.device.type, old_lm=old_lm,
-                  features=features, mbr=job.mbr)
-    tuner.add(iter_lattices(list(job.inputs), job.format, symbols), progress=progress)
+    with LoadedSetup(job.setup, workers=job.workers) as ready:
+        tuner = Tuner(ready.scorer, ready.options, refs, device=ready.device, old_lm=ready.old_lm,
+                      features=ready.features, mbr=job.mbr)
+        tuner.add(iter_lattices(list(job.inputs), job.format, ready.symbols), progress=progress,
+                  score=ready.scored if ready.uses_processes else None)
     return tuner
 
 

@@ -253,7 +253,8 @@ def _tune_job(args: argparse.Namespace) -> TuneJob:
                    tune_score_weights=args.tune_score_weights, restarts=args.restarts, folds=args.folds,
                    fold_restarts=args.fold_restarts, seed=args.seed, baseline=args.baseline, save=args.save, grid=args.grid, lm_weights=args.lm_weights,
                    old_lm_weights=args.old_lm_weights, word_penalties=args.word_penalties,
-                   unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot, command=_command(args, args.inputs))
+                   unk_penalties=args.unk_penalties, mbr=args.mbr, plot=args.plot, command=_command(args, args.inputs),
+                   workers=args.workers)
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
@@ -348,10 +349,22 @@ def _add_rescore_options(p: argparse.ArgumentParser) -> None:
                                                     "--decode)")
 
 
-def _add_workers(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=_positive, default=1, metavar="N",
-                   help="rescore N lattices at a time, their LM scoring merged into one model call (worth it on "
-                        "a GPU); results stay in input order (default 1)")
+def _workers(text: str) -> int:
+    from afp.workers import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--workers ")) from None
+
+
+def _add_workers(p: argparse.ArgumentParser, batching: bool = True) -> None:
+    p.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="lattices at a time: N worker processes on a CPU, each with the model loaded once (auto: "
+                        "the cores this process may use); on a GPU, N threads whose LM scoring is merged into one "
+                        "model call; results stay in input order and equal one worker's (default 1)")
+    if not batching:
+        return
     from afp.batching import DEFAULT_BATCH_PAIRS
 
     p.add_argument("--batch-pairs", type=_positive, default=DEFAULT_BATCH_PAIRS, metavar="N",
@@ -523,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="references: Kaldi text (uttid words), sclite trn (words (spk-uttid)), or a lhotse "
                         "SupervisionSet/CutSet manifest")
     _add_common_scoring_options(p, tune=True)
+    _add_workers(p, batching=False)
     p.add_argument("--tune-score-weights", metavar="NAME,...",
                    help="also tune the weights of these named first-pass scores (e.g. decoder,ctc; default: none)")
     p.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS,

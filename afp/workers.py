@@ -1,0 +1,183 @@
+"""Every core from one command: lattices rescored in worker processes.
+
+Python holds one core per process for its own work, so threads do not multiply a lattice's
+reading, reduction, expansion and scoring on a CPU: processes do. A :class:`LatticePool` starts
+``workers`` processes; each loads the job's model once, by the one loading path every door uses
+(:class:`afp.rescore_job.LoadedSetup` from the job's :class:`~afp.rescore_job.RescoreSetup`), and
+takes whole lattices as they free up. The caller keeps reading the inputs and writing the
+results, in input order, each exactly once::
+
+    with LatticePool(setup, workers=4) as pool:
+        for outcome in pool.map("rescore", lattices):   # list[RescoreResult] or Failure, in order
+            ...
+
+Lattices and results travel pickled to bytes (plain pickle: torch's own reduction would put
+every small tensor in a shared-memory segment of its own). At most ``2 * workers`` lattices are
+read ahead of the one being yielded, so memory stays bounded however long the job.
+
+A worker that dies while it holds a lattice (killed, out of memory) costs that lattice only: a
+fresh worker takes its place (the pool starts one: :mod:`pebble`), the lattice is tried once
+more, and if its worker dies again it is a :class:`afp.jobs.Failure` naming the exit; the other
+lattices go on. Workers start by ``forkserver``: torch's thread pools are not safe to fork from
+a process that has used them, and a fork server started before any of them is.
+
+Each pair's score depends on its own context only, and each worker runs the same code on one
+thread as the caller would, so the results are those of ``workers=1``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from afp.rescore_job import LoadedSetup, RescoreSetup
+
+__all__ = ["AUTO", "LatticePool", "WorkerDied", "available_cores", "parse_workers"]
+
+#: ``--workers auto``: as many workers as the cores this process may use
+AUTO = "auto"
+#: tries of a lattice whose worker died (the first and one more)
+TRIES = 2
+
+
+class WorkerDied(RuntimeError):
+    """A worker process died twice on the same lattice of a task that has no failure record
+    (``score``: tuning needs every lattice); the message names the lattice and the exit."""
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; a container's cpuset counts)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_workers(value: int | str, flag: str = "--workers") -> int:
+    """``auto`` -> :func:`available_cores`; a positive integer (or its text) -> itself; anything
+    else a :class:`ValueError` naming ``flag``, the value and what it takes."""
+    given = value
+    if isinstance(value, str):
+        if value.strip().lower() == AUTO:
+            return available_cores()
+        value = int(value) if value.strip().isdigit() else -1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{flag} {given!r}: expected a positive integer or 'auto' (the cores this process may "
+                         f"use: {available_cores()})")
+    return value
+
+
+# ----------------------------------------------------------------------------- in the worker
+_READY: LoadedSetup | None = None
+
+
+def _start_worker(setup: bytes, return_lattice: bool) -> None:
+    """A worker's initializer: one torch thread (the pool is the parallelism), the job's setup
+    loaded once by the one loading path."""
+    import torch
+
+    from afp.rescore_job import LoadedSetup
+
+    torch.set_num_threads(1)
+    global _READY
+    _READY = LoadedSetup(pickle.loads(setup), return_lattice=return_lattice)
+
+
+def _rescore(ready: LoadedSetup, lattice: Any) -> Any:
+    return ready.rescore_one(lattice)
+
+
+def _score(ready: LoadedSetup, lattice: Any) -> Any:
+    return ready.score_one(lattice)
+
+
+#: what a worker can do with a lattice: ``rescore`` (list[RescoreResult] or Failure, as
+#: :func:`afp.jobs.rescore_all`) and ``score`` (a ScoredLattice, :func:`lattices.rescore.score_for_options`)
+TASKS: dict[str, Callable[[Any, Any], Any]] = {"rescore": _rescore, "score": _score}
+
+
+def _run(task: str, payload: bytes) -> bytes:
+    assert _READY is not None, "worker not initialized"
+    return pickle.dumps(TASKS[task](_READY, pickle.loads(payload)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+# ----------------------------------------------------------------------------- in the caller
+class LatticePool:
+    """``workers`` processes, each with ``setup`` loaded once (``return_lattice``: results carry
+    the rescored lattice, for outputs that write it). Use it as a context manager, or
+    :meth:`close` it; :meth:`map` may be called many times (a corpus job's inputs)."""
+
+    def __init__(self, setup: RescoreSetup, workers: int, return_lattice: bool = False) -> None:
+        from pebble import ProcessPool
+
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = workers
+        context = multiprocessing.get_context("forkserver")
+        self._pool = ProcessPool(max_workers=workers, initializer=_start_worker, context=context,
+                                 initargs=(pickle.dumps(setup), return_lattice))
+
+    def __enter__(self) -> LatticePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers (a lattice in flight is dropped: call after the last :meth:`map`)."""
+        self._pool.stop()
+        self._pool.join()
+
+    def map(self, task: str, lattices: Iterable[Any],
+            on_death: Callable[[Any, str], Any] | None = None) -> Iterator[Any]:
+        """``TASKS[task]`` of every lattice, in input order, ``2 * workers`` read ahead at most.
+
+        A lattice whose worker died :data:`TRIES` times gives ``on_death(lattice, reason)``
+        (``rescore``: a Failure), or raises :class:`WorkerDied` without ``on_death``. An exception
+        raised in a worker is raised here, as it would be in one process."""
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
+        pending: deque[tuple[Any, bytes, Any]] = deque()
+        try:
+            for lattice in lattices:
+                payload = pickle.dumps(lattice, protocol=pickle.HIGHEST_PROTOCOL)
+                pending.append((lattice, payload, self._pool.schedule(_run, args=(task, payload))))
+                if len(pending) >= 2 * self.workers:
+                    yield self._result(task, *pending.popleft(), on_death)
+            while pending:
+                yield self._result(task, *pending.popleft(), on_death)
+        finally:  # stopped early (an error, or the consumer went away): drop what has not started
+            for _, _, future in pending:
+                future.cancel()
+
+    def _result(self, task: str, lattice: Any, payload: bytes, future: Any,
+                on_death: Callable[[Any, str], Any] | None) -> Any:
+        from pebble import ProcessExpired
+
+        for attempt in range(1, TRIES + 1):
+            try:
+                return pickle.loads(future.result())
+            except ProcessExpired as err:
+                reason = (f"the worker process rescoring it died ({_exit_text(err.exitcode)}), "
+                          f"{attempt} time{'s' if attempt > 1 else ''}")
+                if attempt < TRIES:
+                    future = self._pool.schedule(_run, args=(task, payload))
+        if on_death is None:
+            raise WorkerDied(f"{getattr(lattice, 'key', 'a lattice')}: {reason}")
+        return on_death(lattice, reason)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
