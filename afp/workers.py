@@ -74,9 +74,10 @@ def parse_workers(value: int | str, flag: str = "--workers") -> int:
 
 # ----------------------------------------------------------------------------- in the worker
 _READY: LoadedSetup | None = None
+_FAULT = ""
 
 
-def _start_worker(setup: bytes, return_lattice: bool) -> None:
+def _start_worker(setup: bytes, return_lattice: bool, fault: str) -> None:
     """A worker's initializer: one torch thread (the pool is the parallelism), the job's setup
     loaded once by the one loading path."""
     import torch
@@ -84,8 +85,9 @@ def _start_worker(setup: bytes, return_lattice: bool) -> None:
     from afp.rescore_job import LoadedSetup
 
     torch.set_num_threads(1)
-    global _READY
+    global _READY, _FAULT
     _READY = LoadedSetup(pickle.loads(setup), return_lattice=return_lattice)
+    _FAULT = fault
 
 
 def _rescore(ready: LoadedSetup, lattice: Any) -> Any:
@@ -103,7 +105,30 @@ TASKS: dict[str, Callable[[Any, Any], Any]] = {"rescore": _rescore, "score": _sc
 
 def _run(task: str, payload: bytes) -> bytes:
     assert _READY is not None, "worker not initialized"
-    return pickle.dumps(TASKS[task](_READY, pickle.loads(payload)), protocol=pickle.HIGHEST_PROTOCOL)
+    lattice = pickle.loads(payload)
+    if _FAULT:
+        _inject_fault(_FAULT, getattr(lattice, "key", None))
+    return pickle.dumps(TASKS[task](_READY, lattice), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+#: for tests of a worker's death, read when a pool starts: ``KEY`` makes the worker that takes
+#: lattice ``KEY`` kill itself (SIGKILL), every time; ``KEY@PATH`` only while the file ``PATH``
+#: does not exist (it is made first, so the retry succeeds)
+FAULT_ENV = "AFP_TEST_WORKER_FAULT"
+
+
+def _inject_fault(spec: str, key: str | None) -> None:
+    import signal
+
+    wanted, _, marker = spec.partition("@")
+    if key != wanted:
+        return
+    if marker:
+        try:
+            open(marker, "x").close()
+        except FileExistsError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------------- in the caller
@@ -120,7 +145,7 @@ class LatticePool:
         self.workers = workers
         context = multiprocessing.get_context("forkserver")
         self._pool = ProcessPool(max_workers=workers, initializer=_start_worker, context=context,
-                                 initargs=(pickle.dumps(setup), return_lattice))
+                                 initargs=(pickle.dumps(setup), return_lattice, os.environ.get(FAULT_ENV, "")))
 
     def __enter__(self) -> LatticePool:
         return self

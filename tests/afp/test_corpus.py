@@ -135,7 +135,10 @@ def make_regular(paths: dict[Path, str]) -> None:
         path.write_text(text)
 
 
-def test_a_killed_run_is_finished_by_running_it_again(corpus, tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_killed_run_is_finished_by_running_it_again(corpus, tmp_path, workers):
+    """The job (with its worker processes under --workers 2) killed while an input is half
+    done; the rerun does what is left, each input once, with the results of one worker."""
     fed_first = 5
     pipes = fifo_inputs(tmp_path / "in", corpus["texts"])
     out = tmp_path / "out"
@@ -143,7 +146,7 @@ def test_a_killed_run_is_finished_by_running_it_again(corpus, tmp_path):
     feeder.allow(list(pipes)[:fed_first])
     feeder.start()
     job = subprocess.Popen(afp_command("rescore", "--model", str(corpus["model"]), "--out-dir", str(out),
-                                       *[str(p) for p in pipes]), cwd=REPO, env=subprocess_env(),
+                                       "--workers", workers, *[str(p) for p in pipes]), cwd=REPO, env=subprocess_env(),
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         # 5 results, and the 6th input being written aside (its staging folder made, its read blocked on
@@ -163,8 +166,8 @@ def test_a_killed_run_is_finished_by_running_it_again(corpus, tmp_path):
     assert (out / PARTIAL_DIR).is_dir()  # the 6th input was being written aside when the job was killed
     make_regular(pipes)
     done = subprocess.run(afp_command("rescore", "--model", str(corpus["model"]), "--out-dir", str(out),
-                                      *[str(p) for p in pipes]), cwd=REPO, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300)
+                                      "--workers", workers, *[str(p) for p in pipes]), cwd=REPO,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert (summary["skipped"], summary["done"], summary["failed"]) == (fed_first, INPUTS - fed_first, 0)
