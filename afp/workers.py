@@ -51,11 +51,26 @@ class WorkerDied(RuntimeError):
 
 
 def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity; a container's cpuset counts)."""
+    """The cores this process may use: its CPU affinity (a cpuset counts), less where a cgroup's
+    CPU quota (``docker --cpus``, a Kubernetes limit) allows fewer, rounded up."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # no affinity on this platform
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(cores, quota) if quota else cores)
+
+
+def _cgroup_quota(path: str = "/sys/fs/cgroup/cpu.max") -> int | None:
+    """A cgroup v2 CPU limit ``QUOTA PERIOD`` as whole cores (rounded up); None without one."""
+    import math
+
+    try:
+        with open(path, encoding="ascii") as stream:
+            quota, period = stream.read().split()[:2]
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
 
 
 def parse_workers(value: int | str, flag: str = "--workers") -> int:

@@ -303,7 +303,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         "model_dir": args.model, "old_lm": args.old_lm, "weights": args.weights,
         "features": ",".join(args.feature) if args.feature else None, "host": args.host, "port": args.port,
         "device": args.device, "score_precision": args.score_precision, "workers": args.workers,
-        "batching": args.batching})
+        "processes": args.processes, "batching": args.batching})
     serve(settings, log_level=args.log_level, access_log=args.access_log)
 
 
@@ -604,7 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default: $AFP_PORT or 8000)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N (default: $AFP_DEVICE or auto)")
     _add_score_precision(p)
-    p.add_argument("--workers", type=int, help="worker threads for request work")
+    p.add_argument("--processes", type=lambda text: "auto" if text.strip().lower() == "auto" else _workers(text),
+                   metavar="N",
+                   help="server processes, each with the model loaded once, answering on one socket (auto: the "
+                        "cores the server may use on a CPU, 1 on a GPU; default: $AFP_PROCESSES, else auto)")
+    p.add_argument("--workers", type=int, help="worker threads per server process for request work")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
                    help="merge concurrent requests' scoring (default: $AFP_BATCHING, else on for CUDA, off on CPU)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

@@ -29,7 +29,11 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
                            (on for CUDA, off on CPU, where bench/load_test.py measured it slower)
   AFP_BATCH_MAX_WAIT_MS    how long the batcher waits for more work
   AFP_BATCH_MAX_PAIRS      most (context, word) pairs in one merged batch
-  AFP_WORKERS              threads doing CPU work (parsing, expansion, search) off the event loop
+  AFP_WORKERS              threads per server process doing request work (parsing, expansion,
+                           search) off the event loop
+  AFP_PROCESSES            server processes, each with the model loaded once, answering requests
+                           on one listening socket: a number, or auto (default): the cores the
+                           server may use on a CPU (its affinity and cgroup quota), 1 on a GPU
   AFP_AUTH_TOKEN           when set, every /v1 request needs "Authorization: Bearer <token>"
   AFP_CORS_ORIGINS         JSON list of allowed origins (default: none, CORS off)
 """
@@ -40,7 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from afp.batching import DEFAULT_BATCH_PAIRS
@@ -82,9 +86,40 @@ class Settings(BaseSettings):
     batch_max_wait_ms: float = Field(default=2.0, ge=0)
     batch_max_pairs: int = Field(default=DEFAULT_BATCH_PAIRS, gt=0)
     workers: int = Field(default=4, gt=0)
+    processes: int | Literal["auto"] = "auto"
 
     auth_token: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("processes", mode="before")
+    @classmethod
+    def _processes(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        from afp.workers import parse_workers
+
+        return parse_workers(value if isinstance(value, (int, str)) else str(value), "processes")
+
+    def process_count(self, device_type: str) -> int:
+        """Server processes to run: ``processes``, where ``auto`` is the cores this process may
+        use on a CPU (:func:`afp.workers.available_cores`) and 1 on a GPU (one process feeds it,
+        its scoring batched)."""
+        if self.processes != "auto":
+            return int(self.processes)
+        from afp.workers import available_cores
+
+        return available_cores() if device_type == "cpu" else 1
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as ``AFP_*`` environment variables (what a server process started
+        apart reads back into equal settings); unset (None) fields are left out."""
+        import json
+
+        env = {}
+        for name, value in self.model_dump(mode="json").items():
+            if value is not None:
+                env[f"AFP_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+        return env
 
     def batching_on(self, device_type: str) -> bool:
         """Whether to merge concurrent scoring work on a device of this type ("cpu", "cuda")."""

@@ -61,11 +61,17 @@ def model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(model):
-    process, url = start_server(model, "--workers", "4", "--no-access-log")
-    yield url
+def served(model):
+    """Two server processes (``--processes 2``) of 4 threads each: (the supervisor, the url)."""
+    process, url = start_server(model, "--processes", "2", "--workers", "4", "--no-access-log")
+    yield process, url
     process.terminate()
     process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[1]
 
 
 def test_rescore_over_http(server):
@@ -93,11 +99,12 @@ def test_concurrent_requests_get_their_own_answers(server):
     assert 'afp_requests_total{route="/v1/perplexity",status="200"} 24.0' in metrics
 
 
-def test_graceful_shutdown_finishes_requests_in_flight(model):
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_graceful_shutdown_finishes_requests_in_flight(model, processes):
     """Deterministic order, no sleeps: the request is in the server (its headers read, its body
     held back by the client) when SIGTERM arrives; the body follows once the server has stopped
-    listening, and the request is still answered before the process exits."""
-    process, url = start_server(model, "--workers", "2", "--no-access-log")
+    listening, and the request is still answered before the process (every process) exits."""
+    process, url = start_server(model, "--processes", processes, "--workers", "2", "--no-access-log")
     body = json.dumps({"format": "json", "lattice": sausage(20, 3), "nbest": 5}).encode()
     release, reply = threading.Event(), {}
 
@@ -120,9 +127,56 @@ def test_graceful_shutdown_finishes_requests_in_flight(model):
     worker.join(60)
     # uvicorn finishes in-flight requests, then re-raises SIGTERM so the exit status says why it stopped
     assert process.wait(60) in (0, -signal.SIGTERM)
-    assert "Finished server process" in process.stdout.read()
+    said = process.stdout.read()
+    assert said.count("Finished server process") == int(processes), said
+    assert not children(process.pid)
     assert reply["response"].status_code == 200
     assert reply["response"].json()["results"][0]["best"]["words"]
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_server_processes_share_the_socket_and_answer_as_the_command_line(served, server, model, tmp_path):
+    """Each of many concurrent requests is answered once, with the words and scores of
+    ``afp rescore --json`` on the same lattice, whichever process takes it; the metrics count
+    every process's requests."""
+    from afp.compare import compare_answers
+
+    archive = tmp_path / "lats.txt"
+    archive.write_text(ARCHIVE)
+    done = subprocess.run([sys.executable, "-m", "service.cli", "rescore", "--model", str(model), "--json",
+                           "--nbest", "2", str(archive)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    cli = [json.loads(line) for line in done.stdout.splitlines()]
+    before = requests_counted(server)
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda _: httpx.post(f"{server}/v1/rescore?nbest=2", content=ARCHIVE, timeout=60,
+                                                     headers={"Content-Type": "text/plain"}), range(16)))
+    for reply in replies:
+        assert reply.status_code == 200
+        found = compare_answers(cli, reply.json()["results"], ignore={"seconds", "timing"})
+        assert found.same and found.largest == 0.0, found.difference
+    assert requests_counted(server) == before + 16
+    spawned = [pid for pid in children(served[0].pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(spawned) == 2  # the supervisor's two server processes (beside multiprocessing's resource tracker)
+
+
+def requests_counted(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith('afp_requests_total{route="/v1/rescore",status="200"}'):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def serving(url: str) -> bool:
