@@ -11,15 +11,13 @@ results, in input order, each exactly once::
         for outcome in pool.map("rescore", lattices):   # list[RescoreResult] or Failure, in order
             ...
 
-Lattices and results travel pickled to bytes (plain pickle: torch's own reduction would put
-every small tensor in a shared-memory segment of its own). At most ``2 * workers`` lattices are
-read ahead of the one being yielded, so memory stays bounded however long the job.
+Lattices and results travel pickled. At most ``2 * workers`` lattices are read ahead of the one
+being yielded, so memory stays bounded however long the job.
 
 A worker that dies while it holds a lattice (killed, out of memory) costs that lattice only: a
-fresh worker takes its place (the pool starts one: :mod:`pebble`), the lattice is tried once
+fresh worker takes its place (:class:`afp.processes.ProcessPool`), the lattice is tried once
 more, and if its worker dies again it is a :class:`afp.jobs.Failure` naming the exit; the other
-lattices go on. Workers start by ``forkserver``: torch's thread pools are not safe to fork from
-a process that has used them, and a fork server started before any of them is.
+lattices go on.
 
 Each pair's score depends on its own context only, and each worker runs the same code on one
 thread as the caller would, so the results are those of ``workers=1``.
@@ -27,9 +25,7 @@ thread as the caller would, so the results are those of ``workers=1``.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import pickle
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -37,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from afp.rescore_job import LoadedSetup, RescoreSetup
 
-__all__ = ["AUTO", "LatticePool", "WorkerDied", "available_cores", "parse_workers"]
+__all__ = ["AUTO", "LatticePool", "LostLattice", "available_cores", "parse_workers"]
 
 #: ``--workers auto``: as many workers as the cores this process may use
 AUTO = "auto"
@@ -45,7 +41,7 @@ AUTO = "auto"
 TRIES = 2
 
 
-class WorkerDied(RuntimeError):
+class LostLattice(RuntimeError):
     """A worker process died twice on the same lattice of a task that has no failure record
     (``score``: tuning needs every lattice); the message names the lattice and the exit."""
 
@@ -92,7 +88,7 @@ _READY: LoadedSetup | None = None
 _FAULT = ""
 
 
-def _start_worker(setup: bytes, return_lattice: bool, fault: str) -> None:
+def _start_worker(setup: RescoreSetup, return_lattice: bool, fault: str) -> None:
     """A worker's initializer: one torch thread (the pool is the parallelism), the job's setup
     loaded once by the one loading path."""
     import torch
@@ -101,7 +97,7 @@ def _start_worker(setup: bytes, return_lattice: bool, fault: str) -> None:
 
     torch.set_num_threads(1)
     global _READY, _FAULT
-    _READY = LoadedSetup(pickle.loads(setup), return_lattice=return_lattice)
+    _READY = LoadedSetup(setup, return_lattice=return_lattice)
     _FAULT = fault
 
 
@@ -118,12 +114,11 @@ def _score(ready: LoadedSetup, lattice: Any) -> Any:
 TASKS: dict[str, Callable[[Any, Any], Any]] = {"rescore": _rescore, "score": _score}
 
 
-def _run(task: str, payload: bytes) -> bytes:
+def _run(task: str, lattice: Any) -> Any:
     assert _READY is not None, "worker not initialized"
-    lattice = pickle.loads(payload)
     if _FAULT:
         _inject_fault(_FAULT, getattr(lattice, "key", None))
-    return pickle.dumps(TASKS[task](_READY, lattice), protocol=pickle.HIGHEST_PROTOCOL)
+    return TASKS[task](_READY, lattice)
 
 
 #: for tests of a worker's death, read when a pool starts: ``KEY`` makes the worker that takes
@@ -153,14 +148,10 @@ class LatticePool:
     :meth:`close` it; :meth:`map` may be called many times (a corpus job's inputs)."""
 
     def __init__(self, setup: RescoreSetup, workers: int, return_lattice: bool = False) -> None:
-        from pebble import ProcessPool
+        from afp.processes import ProcessPool
 
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}")
         self.workers = workers
-        context = multiprocessing.get_context("forkserver")
-        self._pool = ProcessPool(max_workers=workers, initializer=_start_worker, context=context,
-                                 initargs=(pickle.dumps(setup), return_lattice, os.environ.get(FAULT_ENV, "")))
+        self._pool = ProcessPool(workers, _start_worker, (setup, return_lattice, os.environ.get(FAULT_ENV, "")))
 
     def __enter__(self) -> LatticePool:
         return self
@@ -169,55 +160,41 @@ class LatticePool:
         self.close()
 
     def close(self) -> None:
-        """Stop the workers (a lattice in flight is dropped: call after the last :meth:`map`)."""
-        self._pool.stop()
-        self._pool.join()
+        """Stop the workers (after the last :meth:`map`)."""
+        self._pool.close(wait_for_tasks=False)
 
     def map(self, task: str, lattices: Iterable[Any],
             on_death: Callable[[Any, str], Any] | None = None) -> Iterator[Any]:
         """``TASKS[task]`` of every lattice, in input order, ``2 * workers`` read ahead at most.
 
         A lattice whose worker died :data:`TRIES` times gives ``on_death(lattice, reason)``
-        (``rescore``: a Failure), or raises :class:`WorkerDied` without ``on_death``. An exception
+        (``rescore``: a Failure), or raises :class:`LostLattice` without ``on_death``. An exception
         raised in a worker is raised here, as it would be in one process."""
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
-        pending: deque[tuple[Any, bytes, Any]] = deque()
+        pending: deque[tuple[Any, Any]] = deque()
         try:
             for lattice in lattices:
-                payload = pickle.dumps(lattice, protocol=pickle.HIGHEST_PROTOCOL)
-                pending.append((lattice, payload, self._pool.schedule(_run, args=(task, payload))))
+                pending.append((lattice, self._pool.submit(_run, task, lattice)))
                 if len(pending) >= 2 * self.workers:
                     yield self._result(task, *pending.popleft(), on_death)
             while pending:
                 yield self._result(task, *pending.popleft(), on_death)
         finally:  # stopped early (an error, or the consumer went away): drop what has not started
-            for _, _, future in pending:
+            for _, future in pending:
                 future.cancel()
 
-    def _result(self, task: str, lattice: Any, payload: bytes, future: Any,
-                on_death: Callable[[Any, str], Any] | None) -> Any:
-        from pebble import ProcessExpired
+    def _result(self, task: str, lattice: Any, future: Any, on_death: Callable[[Any, str], Any] | None) -> Any:
+        from afp.processes import WorkerDied, exit_text
 
         for attempt in range(1, TRIES + 1):
             try:
-                return pickle.loads(future.result())
-            except ProcessExpired as err:
-                reason = (f"the worker process rescoring it died ({_exit_text(err.exitcode)}), "
+                return future.result()
+            except WorkerDied as err:
+                reason = (f"the worker process rescoring it died ({exit_text(err.exitcode)}), "
                           f"{attempt} time{'s' if attempt > 1 else ''}")
                 if attempt < TRIES:
-                    future = self._pool.schedule(_run, args=(task, payload))
+                    future = self._pool.submit(_run, task, lattice)
         if on_death is None:
-            raise WorkerDied(f"{getattr(lattice, 'key', 'a lattice')}: {reason}")
+            raise LostLattice(f"{getattr(lattice, 'key', 'a lattice')}: {reason}")
         return on_death(lattice, reason)
-
-
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        import signal
-
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"

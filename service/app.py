@@ -219,7 +219,9 @@ class Observe:
             self.metrics.latency.labels(path).observe(time.perf_counter() - started)
 
 
-def _load_runtime(settings: Settings, metrics: Metrics):
+def load_runtime(settings: Settings, metrics: Metrics):
+    """The model, its batching scorer, the weights, old LM and features of ``settings``: what a
+    server process (the app's, or each worker of :mod:`service.pool`) holds."""
     from afp.mixtures import open_model, scorer_of
     from lm.device import resolve_device
     from afp.batching import BatchingScorer
@@ -252,14 +254,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.limiter = anyio.CapacityLimiter(settings.workers)
-        runtime = await anyio.to_thread.run_sync(_load_runtime, settings, metrics)
+        runtime = await anyio.to_thread.run_sync(load_runtime, settings, metrics)
+        processes = settings.process_count(runtime.device.type)
+        if processes > 1:
+            from service.pool import RequestPool
+
+            runtime.pool = RequestPool(settings, processes)
+        app.state.limiter = anyio.CapacityLimiter(max(settings.workers, processes))
         app.state.runtime = runtime
-        log.info("serving %s on %s", runtime.info()["name"], runtime.device)
+        log.info("serving %s on %s (%d process%s)", runtime.info()["name"], runtime.device, processes,
+                 "es" if processes > 1 else "")
         try:
             yield
         finally:
             app.state.runtime = None
+            if runtime.pool is not None:
+                await anyio.to_thread.run_sync(runtime.pool.close)
             runtime.close()
 
     app = FastAPI(

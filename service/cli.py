@@ -606,8 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score_precision(p)
     p.add_argument("--processes", type=lambda text: "auto" if text.strip().lower() == "auto" else _workers(text),
                    metavar="N",
-                   help="server processes, each with the model loaded once, answering on one socket (auto: the "
-                        "cores the server may use on a CPU, 1 on a GPU; default: $AFP_PROCESSES, else auto)")
+                   help="worker processes doing request work, each with the model loaded once, each request to a "
+                        "free one (auto: the cores the server may use on a CPU, 1 on a GPU, where 1 works in the "
+                        "server's threads; default: $AFP_PROCESSES, else auto)")
     p.add_argument("--workers", type=int, help="worker threads per server process for request work")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
                    help="merge concurrent requests' scoring (default: $AFP_BATCHING, else on for CUDA, off on CPU)")

@@ -80,14 +80,19 @@ class _Slot:
 
 
 async def in_worker(runtime: Runtime, limiter: anyio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args, deadline=...)`` in a worker thread under the request timeout.
+    """Run ``fn(*args, deadline=...)`` in a worker thread under the request timeout (with worker
+    processes, :mod:`service.pool`, the thread hands it to a free one and waits).
 
     ``fn`` gets the deadline (``time.monotonic()`` seconds) and checks it as it goes, so it stops
     by itself soon after; the request is answered 503 when the time runs out (waiting for a slot
     counts). The slot of ``limiter`` (``workers`` of them) stays taken until the thread's work has
     really stopped (:class:`_Slot`)."""
     timeout = runtime.settings.request_timeout_s
-    work = functools.partial(runtime.tracked, fn, *args, deadline=time.monotonic() + timeout)
+    deadline = time.monotonic() + timeout
+    if runtime.pool is not None:  # a worker process does it; this thread waits for it
+        work = functools.partial(runtime.pool.call, fn, args, runtime, deadline)
+    else:
+        work = functools.partial(runtime.tracked, fn, *args, deadline=deadline)
     with anyio.move_on_after(timeout) as scope:
         slot = _Slot(limiter)
         await limiter.acquire_on_behalf_of(slot)

@@ -53,6 +53,7 @@ class Runtime:
     old_lm: ContextScorer | None = None  # AFP_OLD_LM: subtracted exactly from every request's graph scores
     weights: TunedWeights | None = None  # AFP_WEIGHTS: the weights of requests that give none
     features: dict[str, Any] = field(default_factory=dict)  # AFP_FEATURES: window models by name
+    pool: Any = None  # AFP_PROCESSES > 1: the worker processes doing request work (service.pool.RequestPool)
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _running: int = 0
 

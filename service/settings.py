@@ -31,9 +31,10 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
   AFP_BATCH_MAX_PAIRS      most (context, word) pairs in one merged batch
   AFP_WORKERS              threads per server process doing request work (parsing, expansion,
                            search) off the event loop
-  AFP_PROCESSES            server processes, each with the model loaded once, answering requests
-                           on one listening socket: a number, or auto (default): the cores the
-                           server may use on a CPU (its affinity and cgroup quota), 1 on a GPU
+  AFP_PROCESSES            worker processes doing request work, each with the model loaded once,
+                           each request to a free one (service/pool.py): a number, or auto
+                           (default): the cores the server may use on a CPU (its affinity and
+                           cgroup quota), 1 on a GPU, where 1 does the work in the app's threads
   AFP_AUTH_TOKEN           when set, every /v1 request needs "Authorization: Bearer <token>"
   AFP_CORS_ORIGINS         JSON list of allowed origins (default: none, CORS off)
 """
@@ -109,17 +110,6 @@ class Settings(BaseSettings):
         from afp.workers import available_cores
 
         return available_cores() if device_type == "cpu" else 1
-
-    def to_env(self) -> dict[str, str]:
-        """These settings as ``AFP_*`` environment variables (what a server process started
-        apart reads back into equal settings); unset (None) fields are left out."""
-        import json
-
-        env = {}
-        for name, value in self.model_dump(mode="json").items():
-            if value is not None:
-                env[f"AFP_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
-        return env
 
     def batching_on(self, device_type: str) -> bool:
         """Whether to merge concurrent scoring work on a device of this type ("cpu", "cuda")."""

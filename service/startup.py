@@ -58,31 +58,25 @@ def server_settings(overrides: Mapping[str, Any]) -> Settings:
 
 def serve(settings: Settings, log_level: str = "info", access_log: bool = True) -> None:
     """Run the server (uvicorn) until it is stopped; a graceful shutdown waits at most the
-    request timeout.
+    request timeout. With more than one process (:meth:`Settings.process_count`), request work
+    goes to worker processes (:mod:`service.pool`), and the Prometheus metrics are summed over
+    them (``PROMETHEUS_MULTIPROC_DIR``, a temporary folder unless it is set)."""
+    import os
+    import tempfile
 
-    With more than one process (:meth:`Settings.process_count`) uvicorn's supervisor runs them on
-    one listening socket, each a whole app with the model loaded once (:func:`service.app.create_app`
-    from these settings, handed over as ``AFP_*`` variables); the kernel gives each connection to
-    one of them, so every request is answered once, by one process, within that process's limits.
-    A process that dies is replaced; SIGTERM or Ctrl-C stops them all gracefully. Their Prometheus
-    metrics are summed over the processes (``PROMETHEUS_MULTIPROC_DIR``, a temporary folder unless
-    it is set)."""
     import uvicorn
 
     from lm.device import resolve_device
 
-    processes = settings.process_count(resolve_device(settings.device).type)
     common = dict(host=settings.host, port=settings.port, log_level=log_level, access_log=access_log,
                   timeout_graceful_shutdown=int(settings.request_timeout_s))
-    if processes == 1:
+    if settings.process_count(resolve_device(settings.device).type) == 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from service.app import create_app
 
         uvicorn.run(create_app(settings), **common)
         return
-    import os
-    import tempfile
-
-    os.environ.update(settings.to_env())
     with tempfile.TemporaryDirectory(prefix="afp-metrics-") as folder:
-        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", folder)
-        uvicorn.run("service.app:create_app", factory=True, workers=processes, **common)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder  # before prometheus_client is imported
+        from service.app import create_app
+
+        uvicorn.run(create_app(settings), **common)

@@ -45,6 +45,8 @@ def model_dir(tmp_path_factory):
 
 
 def client_for(model_dir, **overrides):
+    """An in-process client of the app; its request work in its threads unless ``processes`` says otherwise."""
+    overrides.setdefault("processes", 1)
     return TestClient(create_app(Settings(model_dir=model_dir, **overrides)))
 
 

@@ -62,7 +62,7 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served(model):
-    """Two server processes (``--processes 2``) of 4 threads each: (the supervisor, the url)."""
+    """A server whose request work goes to 2 worker processes: (its process, the url)."""
     process, url = start_server(model, "--processes", "2", "--workers", "4", "--no-access-log")
     yield process, url
     process.terminate()
@@ -103,7 +103,8 @@ def test_concurrent_requests_get_their_own_answers(server):
 def test_graceful_shutdown_finishes_requests_in_flight(model, processes):
     """Deterministic order, no sleeps: the request is in the server (its headers read, its body
     held back by the client) when SIGTERM arrives; the body follows once the server has stopped
-    listening, and the request is still answered before the process (every process) exits."""
+    listening, and the request is still answered (by the server's thread or its worker process)
+    before the process exits."""
     process, url = start_server(model, "--processes", processes, "--workers", "2", "--no-access-log")
     body = json.dumps({"format": "json", "lattice": sausage(20, 3), "nbest": 5}).encode()
     release, reply = threading.Event(), {}
@@ -127,9 +128,7 @@ def test_graceful_shutdown_finishes_requests_in_flight(model, processes):
     worker.join(60)
     # uvicorn finishes in-flight requests, then re-raises SIGTERM so the exit status says why it stopped
     assert process.wait(60) in (0, -signal.SIGTERM)
-    said = process.stdout.read()
-    assert said.count("Finished server process") == int(processes), said
-    assert not children(process.pid)
+    assert "Finished server process" in process.stdout.read()
     assert reply["response"].status_code == 200
     assert reply["response"].json()["results"][0]["best"]["words"]
 
@@ -149,8 +148,8 @@ def children(pid: int) -> list[int]:
 
 def test_server_processes_share_the_socket_and_answer_as_the_command_line(served, server, model, tmp_path):
     """Each of many concurrent requests is answered once, with the words and scores of
-    ``afp rescore --json`` on the same lattice, whichever process takes it; the metrics count
-    every process's requests."""
+    ``afp rescore --json`` on the same lattice, whichever worker process takes it; the metrics
+    count every request once and every worker's lattices."""
     from afp.compare import compare_answers
 
     archive = tmp_path / "lats.txt"
@@ -159,7 +158,7 @@ def test_server_processes_share_the_socket_and_answer_as_the_command_line(served
                            "--nbest", "2", str(archive)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)
     cli = [json.loads(line) for line in done.stdout.splitlines()]
-    before = requests_counted(server)
+    before = counted(server, 'afp_requests_total{route="/v1/rescore",status="200"}'), counted(server, "afp_lattices_total")
     with ThreadPoolExecutor(8) as pool:
         replies = list(pool.map(lambda _: httpx.post(f"{server}/v1/rescore?nbest=2", content=ARCHIVE, timeout=60,
                                                      headers={"Content-Type": "text/plain"}), range(16)))
@@ -167,14 +166,16 @@ def test_server_processes_share_the_socket_and_answer_as_the_command_line(served
         assert reply.status_code == 200
         found = compare_answers(cli, reply.json()["results"], ignore={"seconds", "timing"})
         assert found.same and found.largest == 0.0, found.difference
-    assert requests_counted(server) == before + 16
-    spawned = [pid for pid in children(served[0].pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    assert len(spawned) == 2  # the supervisor's two server processes (beside multiprocessing's resource tracker)
+    after = counted(server, 'afp_requests_total{route="/v1/rescore",status="200"}'), counted(server, "afp_lattices_total")
+    assert after == (before[0] + 16, before[1] + 16 * len(cli))  # the lattices are counted in the workers
+    (forkserver,) = [pid for pid in children(served[0].pid) if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(children(forkserver)) == 2  # the two worker processes
 
 
-def requests_counted(url: str) -> float:
+def counted(url: str, series: str) -> float:
+    """The value of a series of the server's metrics (0 when it is not there yet)."""
     for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
-        if line.startswith('afp_requests_total{route="/v1/rescore",status="200"}'):
+        if line.startswith(series + " "):
             return float(line.split()[-1])
     return 0.0
 
@@ -194,3 +195,19 @@ def until(condition, limit: float = 60.0) -> None:
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.05)
 
+
+
+def test_a_killed_worker_process_is_replaced_and_the_server_answers_on(served, server):
+    assert httpx.post(f"{server}/v1/rescore", content=ARCHIVE, headers={"Content-Type": "text/plain"},
+                      timeout=60).status_code == 200  # the workers are started
+    until(lambda: any(b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children(served[0].pid)))
+    (forkserver,) = [pid for pid in children(served[0].pid) if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    victim = children(forkserver)[0]
+    os.kill(victim, signal.SIGKILL)
+    until(lambda: victim not in children(forkserver))
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda _: httpx.post(f"{server}/v1/rescore?nbest=2", content=ARCHIVE, timeout=60,
+                                                     headers={"Content-Type": "text/plain"}), range(8)))
+    assert [reply.status_code for reply in replies] == [200] * 8
+    until(lambda: len(children(forkserver)) == 2)  # a fresh worker took the dead one's place
+    assert served[0].poll() is None
