@@ -17,6 +17,9 @@ case "$MODEL" in
   h512) OUT=$RUN/gru-h512-ai-rho4; NET="--hidden 512 --adaptive-input" ;;
   *) echo "MODEL must be h256 or h512, got $MODEL" >&2; exit 2 ;;
 esac
+# a run carried from an earlier session (afp carry pack "$OUT" "$CARRY", committed once a session) resumes here
+CARRY=bench/results/books-large/carry-$MODEL
+if [ -f "$CARRY/CARRIED.json" ] && [ ! -f "$OUT/resume/state.json" ]; then .venv/bin/afp carry unpack "$CARRY" "$OUT"; fi
 mkdir -p "$RUN"
 if [ ! -f "$RUN/data/meta.json" ]; then
   .venv/bin/python -c "

@@ -124,9 +124,11 @@ def choose_subset(keys: Sequence[str], limit: int, seed: int) -> list[int]:
     return [int((j + u) * n / limit) for j in range(limit)]
 
 
-def plan_tts(refs: dict[str, list[str]], limit: int, seed: int, voices: Sequence[str]) -> list[Utterance]:
+def plan_tts(refs: dict[str, list[str]], limit: int, seed: int, voices: Sequence[str],
+             tempo_range: tuple[float, float] = TEMPO_RANGE, snrs_db: Sequence[float] = SNRS_DB) -> list[Utterance]:
     """The subset of ``refs`` (in file order) with a voice (round-robin from a seeded start), a
-    tempo, an SNR and a noise offset each, drawn from a generator seeded by ``seed`` and the id."""
+    tempo (uniform in ``tempo_range``), an SNR (one of ``snrs_db``) and a noise offset each, drawn
+    from a generator seeded by ``seed`` and the id."""
     keys = list(refs)
     start = random.Random(f"voices:{seed}").randrange(len(voices))
     plan = []
@@ -134,7 +136,7 @@ def plan_tts(refs: dict[str, list[str]], limit: int, seed: int, voices: Sequence
         key = keys[index]
         rng = random.Random(f"{seed}:{key}")
         plan.append(Utterance(key=key, words=tuple(refs[key]), voice=voices[(start + position) % len(voices)],
-                              tempo=round(rng.uniform(*TEMPO_RANGE), 2), snr_db=rng.choice(SNRS_DB),
+                              tempo=round(rng.uniform(*tempo_range), 2), snr_db=rng.choice(list(snrs_db)),
                               noise_offset_s=round(rng.uniform(0.0, NOISE_OFFSET_MAX_S), 2)))
     return plan
 
@@ -531,6 +533,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=400, help="utterances, evenly spaced over the file (400)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the subset, voices, tempo and noise (1)")
     parser.add_argument("--voices", default=",".join(VOICES), help="engine:voice,... (default: the 7 voices)")
+    parser.add_argument("--tempo", default=",".join(map(str, TEMPO_RANGE)),
+                        help=f"LOW,HIGH: each utterance's sox tempo, uniform in this range (default {TEMPO_RANGE})")
+    parser.add_argument("--snr-db", default=",".join(map(str, SNRS_DB)),
+                        help=f"the pink noise's SNRs in dB, one drawn per utterance (default {SNRS_DB}); a harder, "
+                             f"denser set: e.g. --snr-db 10,15 --tempo 1.1,1.25")
     parser.add_argument("--jobs", type=int, default=1, help="decoding worker processes (1)")
     parser.add_argument("--nbest", type=int, default=50, help="distinct hypotheses per n-best list (50)")
     parser.add_argument("--nbest-scan", type=int, default=2000, help="decoder.nbest() entries looked at, at most")
@@ -556,10 +563,14 @@ def build_from_args(args: argparse.Namespace, argv: Sequence[str]) -> tuple[str,
         name = args.name or args.ref.resolve().parent.name
         voices = [v.strip() for v in args.voices.split(",") if v.strip()]
         refs = read_references(args.ref)
-        plan = plan_tts(refs, args.limit, args.seed, voices)
+        tempo_range = tuple(float(x) for x in args.tempo.split(","))
+        snrs = tuple(float(x) for x in args.snr_db.split(","))
+        if len(tempo_range) != 2 or not 0.5 <= tempo_range[0] <= tempo_range[1] <= 2.0:
+            raise SystemExit(f"--tempo {args.tempo!r}: expected LOW,HIGH within 0.5,2")
+        plan = plan_tts(refs, args.limit, args.seed, voices, tempo_range, snrs)
         info = {"source": shown(args.ref), "source_utterances": len(refs), "limit": args.limit,
                 "seed": args.seed, "voices": voices, "subset": "evenly spaced lines (choose_subset)",
-                "tempo_range": list(TEMPO_RANGE), "snrs_db": list(SNRS_DB)}
+                "tempo_range": list(tempo_range), "snrs_db": list(snrs)}
     set_dir = args.out or REPO_ROOT / "runs" / "pocketsphinx" / name
     build_set(plan, set_dir, name=name, jobs=args.jobs, nbest=args.nbest, nbest_scan=args.nbest_scan,
               arpa=not args.no_arpa, info=info, command=command_line("bench.pocketsphinx_set", argv))

@@ -5,6 +5,7 @@ Commands:
   afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
   afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
+  afp carry pack RUN DIR | unpack DIR RUN            a training run's resume state, small and in pieces
   afp ngram  (--text FILE... | --data DIR) --order N [--prune T] --out LM.arpa[.gz] | --store DIR   a modified Kneser-Ney n-gram
   afp mix    --text DEV --out DIR MODEL...          EM interpolation weights; a mixture --model DIR loads
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
@@ -17,7 +18,7 @@ Commands:
 
 Each command's work is one library call a Python caller can make too: :mod:`afp.text_jobs` (info,
 ppl, score, mix), :mod:`afp.rescore_job` (rescore, rescore-cuts), :mod:`afp.corpus` (rescore --out-dir), :mod:`afp.tune_job` (tune),
-:func:`afp.wer.compare_systems` (wer), :mod:`lm.jobs` (prepare, train), :mod:`lm.ngram.job`
+:func:`afp.wer.compare_systems` (wer), :mod:`lm.jobs` (prepare, train), :mod:`lm.carry` (carry), :mod:`lm.ngram.job`
 (ngram), :mod:`service.startup` (serve).
 
 Without ``--model`` the bundled default model is used (see :mod:`afp.defaults`).
@@ -165,6 +166,15 @@ def cmd_train(args: argparse.Namespace) -> None:
     summary = run_train_job(job, on_epoch=lambda m: print(json.dumps(m), file=sys.stderr) if args.verbose else None)
     if summary is not None:
         print(json.dumps(summary))
+
+
+def cmd_carry(args: argparse.Namespace) -> None:
+    from lm.carry import pack, unpack
+
+    if args.action == "pack":
+        print(json.dumps(pack(args.source, args.target, int(args.piece_mib * (1 << 20)))))
+    else:
+        print(json.dumps(unpack(args.source, args.target)))
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -615,6 +625,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("carry", help="pack a training run's resume state small and in pieces, or unpack it",
+                       description="pack RUN CARRY: RUN/resume as bfloat16 weights in pieces, the generators and "
+                                   "the data position, with a digest of every piece (lm/carry.py); unpack CARRY RUN: "
+                                   "the pieces checked and joined into RUN/resume, which afp train --resume "
+                                   "continues (Adam's moments restart)")
+    p.add_argument("action", choices=["pack", "unpack"])
+    p.add_argument("source", metavar="FROM", help="pack: the run directory (afp train --out); unpack: the packed folder")
+    p.add_argument("target", metavar="TO", help="pack: the packed folder (replaced); unpack: the run directory")
+    p.add_argument("--piece-mib", type=float, default=15.0, help="largest piece of the packed weights (default 15)")
+    p.set_defaults(func=cmd_carry)
 
     p = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards (for afp train --data)",
                        description="Stream the texts into int32 token shards with int64 sentence offsets, a "
