@@ -25,7 +25,7 @@ from bench.report.espnet import acausal, tune_transfer, untuned_defaults, wer, w
 from bench.report.ngrams import bundled_mixtures, ngrams
 from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_speed, \
     pocketsphinx_wer_table, rho_sweep, tune_speed
-from bench.report.rescoring import corpus_rescore, load_test, merged_rescoring, rescoring
+from bench.report.rescoring import cores, corpus_rescore, load_test, merged_rescoring, rescoring
 from bench.report.training import bundled, conversational, epoch_timing, reproduction, softmax_wikitext, \
     train_scale, train_throughput
 
@@ -36,7 +36,7 @@ SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_thro
                                  merged_rescoring, load_test, wer,
                                  tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
                                  conversational, pocketsphinx_sets, pocketsphinx_rescore, pocketsphinx_speed,
-                                 pocketsphinx_wer_table, rho_sweep, tune_speed, corpus_rescore)
+                                 pocketsphinx_wer_table, rho_sweep, tune_speed, corpus_rescore, cores)
 
 
 def render(results: Path = RESULTS) -> str:
