@@ -67,10 +67,12 @@ class _Worker:
     """A Ray actor: loads the model once, then rescores the inputs it is given."""
 
     def __init__(self, job: CorpusJob, threads: int) -> None:
+        import dataclasses
+
         import torch
 
         torch.set_num_threads(threads)
-        self.rescorer = InputRescorer(job)
+        self.rescorer = InputRescorer(dataclasses.replace(job, workers=1))  # Ray's workers are the parallelism
 
     def ready(self) -> str:
         """The node this worker runs on (answered once the model is loaded)."""

@@ -120,11 +120,16 @@ class ProcessPool:
     """``workers`` processes running ``initializer(*initargs)`` once each, then tasks."""
 
     def __init__(self, workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = (),
-                 context: str = "forkserver") -> None:
+                 context: str = "forkserver", preload: tuple[str, ...] = ()) -> None:
+        """``preload``: modules the fork server imports once, before it forks the first worker
+        (each worker then starts with them, shared, instead of importing torch itself); only the
+        first pool of a process starts the fork server, so only its list counts."""
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.workers = workers
         self._context = multiprocessing.get_context(context)
+        if context == "forkserver" and preload:
+            self._context.set_forkserver_preload(list(preload))
         self._initializer, self._initargs = initializer, initargs
         self._lock = threading.Lock()
         self._pending: deque[tuple[Future, bytes, float | None]] = deque()

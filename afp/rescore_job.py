@@ -16,6 +16,7 @@ weights file of ``afp tune --save``. The command line builds one from its flags:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -124,13 +125,16 @@ class LoadedSetup:
     ``workers``: lattices at a time (:meth:`outcomes`): worker processes on a CPU, each with this
     setup loaded once (:class:`afp.workers.LatticePool`, started at the first use and kept for the
     job: :meth:`close`); on a GPU, threads whose scoring meets in merged model calls of at most
-    ``batch_pairs`` pairs (:func:`afp.jobs.rescore_all`)."""
+    ``batch_pairs`` pairs (:func:`afp.jobs.rescore_all`). Starting the workers costs about a model
+    load: until they are started, an input of at most ``processes_from`` lattices (None: 4 per
+    worker) is done here, one lattice after another."""
 
     def __init__(self, setup: RescoreSetup, return_lattice: bool = False, workers: int = 1,
-                 batch_pairs: int = DEFAULT_BATCH_PAIRS) -> None:
+                 batch_pairs: int = DEFAULT_BATCH_PAIRS, processes_from: int | None = None) -> None:
         self.setup = setup
         self.return_lattice = return_lattice
         self.workers, self.batch_pairs = workers, batch_pairs
+        self.processes_from = 4 * workers if processes_from is None else processes_from
         self.symbols = setup.symbols()
         self.loaded = setup.model.load()
         if self.loaded.config.context_size is None:
@@ -185,15 +189,28 @@ class LoadedSetup:
             self._pool = LatticePool(self.setup, self.workers, self.return_lattice)
         return self._pool
 
+    def _worth_processes(self, lattices: Iterable[Lattice]) -> tuple[bool, Iterable[Lattice]]:
+        """Whether ``lattices`` go to the worker processes (started already, or more lattices than
+        :attr:`processes_from`), and the same lattices (the ones looked at ahead put back)."""
+        if not self.uses_processes:
+            return False, lattices
+        if self._pool is not None:
+            return True, lattices
+        stream = iter(lattices)
+        ahead = list(itertools.islice(stream, self.processes_from + 1))
+        return len(ahead) > self.processes_from, itertools.chain(ahead, stream)
+
     def outcomes(self, lattices: Iterable[Lattice], warn: Callable[[str], None] | None = None,
                  progress: bool | None = None) -> Iterator[list[RescoreResult] | Failure]:
         """:meth:`rescore_one` of every lattice, in input order, ``workers`` at a time; ``warn``
         is told each input warning once (:func:`afp.jobs.rescore_all`)."""
         from afp.jobs import Failure, rescore_all, warn_once
 
-        if not self.uses_processes:
+        processes, lattices = self._worth_processes(lattices)
+        if not processes:
             yield from rescore_all(iter(lattices), self.scorer, self.options, device=self.device, progress=progress,
-                                   old_lm=self.old_lm, warn=warn, workers=self.workers, batch_pairs=self.batch_pairs,
+                                   old_lm=self.old_lm, warn=warn, workers=self.workers if self.device != "cpu" else 1,
+                                   batch_pairs=self.batch_pairs,
                                    features=self.features)
             return
         outcomes = self._processes().map("rescore", _progress(lattices, progress),
@@ -203,7 +220,8 @@ class LoadedSetup:
     def scored(self, lattices: Iterable[Lattice], progress: bool | None = None) -> Iterator[ScoredLattice]:
         """:meth:`score_one` of every lattice, in input order, ``workers`` processes at a time on a
         CPU (one at a time elsewhere); an error in any lattice is raised."""
-        if not self.uses_processes:
+        processes, lattices = self._worth_processes(lattices)
+        if not processes:
             yield from map(self.score_one, _progress(lattices, progress, "scoring"))
             return
         yield from self._processes().map("score", _progress(lattices, progress, "scoring"))

@@ -39,6 +39,8 @@ __all__ = ["AUTO", "LatticePool", "LostLattice", "available_cores", "parse_worke
 AUTO = "auto"
 #: tries of a lattice whose worker died (the first and one more)
 TRIES = 2
+#: what the fork server imports once for the workers (torch and the rescoring code)
+PRELOAD = ("afp.workers", "afp.rescore_job", "lattices.rescore", "lm.checkpoint", "afp.mixtures")
 
 
 class LostLattice(RuntimeError):
@@ -151,7 +153,8 @@ class LatticePool:
         from afp.processes import ProcessPool
 
         self.workers = workers
-        self._pool = ProcessPool(workers, _start_worker, (setup, return_lattice, os.environ.get(FAULT_ENV, "")))
+        self._pool = ProcessPool(workers, _start_worker, (setup, return_lattice, os.environ.get(FAULT_ENV, "")),
+                                 preload=PRELOAD)
 
     def __enter__(self) -> LatticePool:
         return self

@@ -369,10 +369,11 @@ def _workers(text: str) -> int:
 
 
 def _add_workers(p: argparse.ArgumentParser, batching: bool = True) -> None:
-    p.add_argument("--workers", type=_workers, default=1, metavar="N",
-                   help="lattices at a time: N worker processes on a CPU, each with the model loaded once (auto: "
-                        "the cores this process may use); on a GPU, N threads whose LM scoring is merged into one "
-                        "model call; results stay in input order and equal one worker's (default 1)")
+    p.add_argument("--workers", type=_workers, default="auto", metavar="N",
+                   help="lattices at a time: N worker processes on a CPU, each with the model loaded once, started "
+                        "for an input of more than 4N lattices (auto, the default: the cores this process may use); "
+                        "on a GPU, N threads whose LM scoring is merged into one model call; results stay in input "
+                        "order and equal one worker's")
     if not batching:
         return
     from afp.batching import DEFAULT_BATCH_PAIRS

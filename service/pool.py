@@ -63,7 +63,7 @@ class RequestPool:
         from afp.processes import ProcessPool
 
         self.processes = processes
-        self._pool = ProcessPool(processes, _start, (settings,))
+        self._pool = ProcessPool(processes, _start, (settings,), preload=("service.pool", "service.app"))
 
     def call(self, fn: Callable[..., T], args: tuple[Any, ...], runtime: Any, deadline: float) -> T:
         """``fn(*args, deadline=deadline)`` in a free worker, ``runtime`` among ``args`` standing

@@ -80,8 +80,8 @@ def test_afp_tune_without_flags_uses_the_engines_defaults(unk_model):
 def test_afp_rescore_cuts_without_flags_uses_the_engines_defaults(unk_model, monkeypatch, capsys):
     seen = []
 
-    def capture(cuts, out, scorer, options, *args, **kwargs):
-        seen.append(options)
+    def capture(cuts, out, ready, *args, **kwargs):
+        seen.append(ready.options)
         return {"cuts": 0, "failed": 0}
 
     monkeypatch.setattr("afp.cuts.rescore_cuts", capture)

@@ -35,7 +35,7 @@ def answers(outcomes) -> list:
 
 def run(model_dir, workers: int) -> list:
     setup = RescoreSetup(model=ModelSpec(model=str(model_dir), device="cpu"), options={"nbest": 3})
-    with LoadedSetup(setup, workers=workers) as ready:
+    with LoadedSetup(setup, workers=workers, processes_from=0) as ready:
         assert ready.uses_processes == (workers > 1)
         return answers(ready.outcomes(lattices()))
 
@@ -98,6 +98,17 @@ def test_tune_scores_its_dev_set_in_workers_with_the_same_report(model_dir, tmp_
         reports.append(json.loads(capsys.readouterr().out))
     found = compare_answers(reports[0], reports[1], ignore=VOLATILE | {"evaluations_per_second"})
     assert found.same and found.largest == 0.0, found.difference
+
+
+def test_a_small_input_is_done_in_this_process(model_dir, one_process):
+    """Starting workers costs a model load: an input of at most processes_from lattices never does."""
+    setup = RescoreSetup(model=ModelSpec(model=str(model_dir), device="cpu"), options={"nbest": 3})
+    with LoadedSetup(setup, workers=2) as ready:
+        assert ready.processes_from == 8
+        got = answers(ready.outcomes(lattices()[:8]))
+        assert ready._pool is None
+        found = compare_answers(one_process[:8], got, ignore=VOLATILE)
+        assert found.same and found.largest == 0.0, found.difference
 
 
 def test_workers_values():
