@@ -6,7 +6,8 @@ system rescores all of them with ``afp rescore --out-dir`` in a fresh output fol
 another on this machine:
 
 ``one``      one process, one thread (``--workers 1``)
-``workers2`` one process, ``--workers 2`` (two lattices at a time in threads, LM calls merged)
+``workers2`` one command, ``--workers 2`` (two worker processes; in threads, their LM calls merged,
+             before issue 48)
 ``jobs2``    two processes at once, ``--job 1 --num-jobs 2`` and ``--job 2 --num-jobs 2``
 ``ray2``     a local Ray cluster (a head with 2 CPUs on 127.0.0.1) and ``--ray ADDRESS --ray-workers 2``
 ``killed``   one process SIGKILLed once half the inputs are done, then run again to the end
@@ -64,8 +65,9 @@ def split_inputs(sets: Sequence[Path], work: Path, inputs: int, per_input: int |
 
 
 def afp_command(model: Path, out: Path, inputs: Sequence[Path], *flags: str) -> list[str]:
+    """``afp rescore --out-dir``, one worker unless ``flags`` say otherwise (the last ``--workers`` counts)."""
     return [sys.executable, "-m", "service.cli", "rescore", "--model", str(model), "--out-dir", str(out), "--quiet",
-            *flags, *map(str, inputs)]
+            "--workers", "1", *flags, *map(str, inputs)]
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -74,7 +74,7 @@ def afp(tree: Path, *argv: str) -> tuple[float, str, float]:
 
 def tune(tree: Path, model: Path, refs: Path, lattices: list[Path], save: Path, *flags: str) -> dict[str, Any]:
     wall, out, rss = afp(tree, "tune", "--model", str(model), "--refs", str(refs), "--save", str(save), "--json",
-                         *flags, *map(str, lattices))
+                         "--workers", "1", *flags, *map(str, lattices))
     report = json.loads(out)
     cv = report.get("cross_validated") or {}
     return {"wall_s": round(wall, 2), "search_s": round(report["seconds"], 2), "peak_rss_mib": round(rss),
@@ -96,7 +96,8 @@ def rescore_wer(model: Path, refs: Path, lattices: list[Path], weights: Path | N
     """``afp rescore`` by ``tree``'s code (with ``weights``; None: the untuned defaults) timed, its
     WER, real-time factor and peak memory."""
     flags = ["--weights", str(weights)] if weights is not None else []
-    wall, out, rss = afp(tree, "rescore", "--model", str(model), *flags, "--json", *map(str, lattices))
+    wall, out, rss = afp(tree, "rescore", "--model", str(model), *flags, "--workers", "1", "--json",
+                         *map(str, lattices))
     hyps = work / "hyps.jsonl"
     hyps.write_text(out)
     _, report, _ = afp(REPO_ROOT, "wer", "--refs", str(refs), "--json", str(hyps))
