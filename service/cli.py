@@ -5,7 +5,7 @@ Commands:
   afp ppl    [--model DIR] --text FILE [--json]     perplexity of a text (one sentence per line)
   afp score  [--model DIR] --text FILE [--json]     per-sentence and per-token log-probabilities
   afp prepare --text FILE... --out DIR [options]    tokenize a corpus once into memory-mapped shards
-  afp carry pack RUN DIR | unpack DIR RUN            a training run's resume state, small and in pieces
+  afp carry pack RUN DIR | unpack DIR RUN | pack-corpus DATA DIR | unpack-corpus DIR DATA   a run or a corpus in pieces
   afp ngram  (--text FILE... | --data DIR) --order N [--prune T] --out LM.arpa[.gz] | --store DIR   a modified Kneser-Ney n-gram
   afp mix    --text DEV --out DIR MODEL...          EM interpolation weights; a mixture --model DIR loads
   afp train  [--config FILE] (--train FILE | --data DIR) --out DIR [options]   train a model
@@ -169,12 +169,18 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_carry(args: argparse.Namespace) -> None:
-    from lm.carry import pack, unpack
+    from lm import carry, corpus_pieces
 
-    if args.action == "pack":
-        print(json.dumps(pack(args.source, args.target, int(args.piece_mib * (1 << 20)))))
+    piece = None if args.piece_mib is None else int(args.piece_mib * (1 << 20))
+    if args.action in ("pack", "pack-corpus"):
+        module = carry if args.action == "pack" else corpus_pieces
+        record = module.pack(args.source, args.target, piece or module.PIECE_BYTES)
+        print(json.dumps({k: v for k, v in record.items() if k != "meta"}))
     else:
-        print(json.dumps(unpack(args.source, args.target)))
+        module = carry if args.action == "unpack" else corpus_pieces
+        record = module.unpack(args.source, args.target)
+        print(json.dumps({"out": args.target, **{k: v for k, v in record.items() if k in ("step", "epoch", "splits")}})
+              if args.action == "unpack" else json.dumps({"out": args.target}))
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -627,15 +633,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("carry", help="pack a training run's resume state small and in pieces, or unpack it",
-                       description="pack RUN CARRY: RUN/resume as bfloat16 weights in pieces, the generators and "
-                                   "the data position, with a digest of every piece (lm/carry.py); unpack CARRY RUN: "
+    p = sub.add_parser("carry", help="pack a training run's resume state, or a prepared corpus, small and in pieces",
+                       description="pack RUN DIR: RUN/resume as bfloat16 weights in pieces, the generators and "
+                                   "the data position, with a digest of every piece (lm/carry.py); unpack DIR RUN: "
                                    "the pieces checked and joined into RUN/resume, which afp train --resume "
-                                   "continues (Adam's moments restart)")
-    p.add_argument("action", choices=["pack", "unpack"])
-    p.add_argument("source", metavar="FROM", help="pack: the run directory (afp train --out); unpack: the packed folder")
-    p.add_argument("target", metavar="TO", help="pack: the packed folder (replaced); unpack: the run directory")
-    p.add_argument("--piece-mib", type=float, default=15.0, help="largest piece of the packed weights (default 15)")
+                                   "continues (Adam's moments restart). pack-corpus DATA DIR / unpack-corpus DIR "
+                                   "DATA: a directory of afp prepare as compressed pieces and back (lm/corpus_pieces.py)")
+    p.add_argument("action", choices=["pack", "unpack", "pack-corpus", "unpack-corpus"])
+    p.add_argument("source", metavar="FROM", help="pack: the run directory (afp train --out); pack-corpus: the "
+                                                  "prepared directory; unpack, unpack-corpus: the packed folder")
+    p.add_argument("target", metavar="TO", help="pack, pack-corpus: the packed folder (replaced); unpack: the run "
+                                                "directory; unpack-corpus: the prepared directory to write")
+    p.add_argument("--piece-mib", type=float, help="largest piece (default 15 for a run, 60 for a corpus)")
     p.set_defaults(func=cmd_carry)
 
     p = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards (for afp train --data)",

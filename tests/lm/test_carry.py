@@ -47,3 +47,32 @@ def test_a_damaged_or_missing_piece_is_refused_and_nothing_is_overwritten(tmp_pa
         unpack(tmp_path / "carry", tmp_path / "run")
     with pytest.raises(CarryError, match="no resume state to pack"):
         pack(tmp_path / "nothing", tmp_path / "carry2")
+
+
+def test_a_prepared_corpus_in_pieces_comes_back_the_same(tmp_path):
+    """afp prepare's shards (OOV words among them) packed in pieces of a few hundred bytes and
+    unpacked: the same sentences, counts and vocabulary; a damaged piece is refused."""
+    from lm.config import PrepareConfig
+    from lm.corpus_pieces import PIECES, PiecesError, pack as pack_corpus, unpack as unpack_corpus
+    from lm.shards import open_prepared, prepare
+    from tests.factories import patterned_sentences, write_text
+
+    train_text = write_text(tmp_path / "train.txt", patterned_sentences(300, seed=1) + [["zzz", "qqq"]])
+    valid_text = write_text(tmp_path / "valid.txt", patterned_sentences(20, seed=2) + [["never", "seen"]])
+    prepare(PrepareConfig(text=(str(train_text),), valid=str(valid_text), out=str(tmp_path / "data"), min_count=2))
+    record = pack_corpus(tmp_path / "data", tmp_path / "pieces", piece_bytes=700)
+    assert len(record["pieces"]) > 2 and all(p["bytes"] <= 700 for p in record["pieces"])
+    unpack_corpus(tmp_path / "pieces", tmp_path / "back")
+    before, after = open_prepared(tmp_path / "data"), open_prepared(tmp_path / "back")
+    assert before.vocab == after.vocab
+    for split in ("train", "valid"):
+        a, b = getattr(before, split), getattr(after, split)
+        assert (a.sentences, a.words, a.oov) == (b.sentences, b.words, b.oov) and a.oov > 0
+        assert all(torch.equal(a[i], b[i]) for i in range(a.sentences))
+    piece = tmp_path / "pieces" / record["pieces"][0]["name"]
+    piece.write_bytes(piece.read_bytes()[:-1] + b"x")
+    with pytest.raises(PiecesError, match="damaged"):
+        unpack_corpus(tmp_path / "pieces", tmp_path / "again")
+    with pytest.raises(PiecesError, match="already holds prepared data"):
+        unpack_corpus(tmp_path / "pieces", tmp_path / "back")
+    assert (tmp_path / "pieces" / PIECES).is_file()
