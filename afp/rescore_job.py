@@ -72,10 +72,10 @@ class RescoreSetup:
         the rescored lattices; None: not set); ``unk_default``: the model's own unknown-word penalty.
         Raises :class:`afp.options.OptionsError` (a ``ValueError``) naming the options at fault."""
         from afp.options import OptionsError, OptionValueError, build_options
-        from afp.weights import SETS, TunedWeights
+        from afp.weights import SETS
         from lattices.options import option_spec
 
-        weights = TunedWeights.read(self.weights) if self.weights else None
+        weights = _read_weights(self.weights)
         try:
             return build_options({**self.options, **job_options}, weights=weights, unk_default=unk_default)
         except OptionsError as err:
@@ -143,6 +143,7 @@ class LoadedSetup:
         self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice or None)
         self.scorer = setup.model.scorer(self.loaded)
         self.old_lm, self.features = setup.extra_scorers(self.loaded)
+        self.weights = _read_weights(setup.weights)  # the weights file's, for options built later (the server's)
         self.untuned = setup.untuned  # the untuned-weights warning is still to be given
         self._pool: Any = None
 
@@ -261,6 +262,13 @@ class LoadedSetup:
             warn(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
                  + " (this warning is given once per job)")
             self.untuned = False
+
+
+def _read_weights(path: str | None) -> Any:
+    """The :class:`afp.weights.TunedWeights` of a weights file, or None."""
+    from afp.weights import TunedWeights
+
+    return TunedWeights.read(path) if path else None
 
 
 def _progress(lattices: Iterable[Lattice], progress: bool | None, desc: str = "rescoring") -> Iterable[Lattice]:

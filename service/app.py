@@ -221,30 +221,25 @@ class Observe:
 
 def load_runtime(settings: Settings, metrics: Metrics):
     """The model, its batching scorer, the weights, old LM and features of ``settings``: what a
-    server process (the app's, or each worker of :mod:`service.pool`) holds."""
-    from afp.mixtures import open_model, scorer_of
-    from lm.device import resolve_device
+    server process (the app's, or each worker of :mod:`service.pool`) holds, loaded by the one
+    loading path of every door (:class:`afp.rescore_job.LoadedSetup`: the same refusals, an
+    exact RNN among them, and the same old LMs, an ARPA file or an n-gram model directory)."""
     from afp.batching import BatchingScorer
+    from afp.rescore_job import LoadedSetup, RescoreSetup
+    from afp.scoring import ModelSpec
     from service.engine import Runtime
 
-    loaded = open_model(settings.model_dir, device=resolve_device(settings.device))
-    if loaded.config.context_size is None:
-        raise ValueError(f"{settings.model_dir}: an exact (unbounded) RNN cannot rescore lattices exactly; "
-                         f"serve an AFP-rho or n-gram model")
-    scorer = BatchingScorer(scorer_of(loaded, precision=settings.score_precision), enabled=settings.batching_on(loaded.device.type),
+    setup = RescoreSetup(model=ModelSpec(model=str(settings.model_dir), device=settings.device,
+                                         score_precision=settings.score_precision),
+                         old_lm=str(settings.old_lm) if settings.old_lm is not None else None,
+                         features=tuple((settings.features or "").split(",")),
+                         weights=str(settings.weights) if settings.weights is not None else None)
+    ready = LoadedSetup(setup)
+    scorer = BatchingScorer(ready.scorer, enabled=settings.batching_on(ready.device),
                             max_wait=settings.batch_max_wait_ms / 1000, max_pairs=settings.batch_max_pairs,
                             on_batch=metrics.on_batch)
-    weights = None
-    if settings.weights is not None:
-        from afp.weights import TunedWeights
-
-        weights = TunedWeights.read(settings.weights)
-    from afp.scoring import load_extra_scorers
-
-    old_lm, features = load_extra_scorers(settings.old_lm, settings.features, str(loaded.device),
-                                          settings.score_precision)
-    return Runtime(settings=settings, loaded=loaded, scorer=scorer, metrics=metrics, old_lm=old_lm, weights=weights,
-                   features=features)
+    return Runtime(settings=settings, loaded=ready.loaded, scorer=scorer, metrics=metrics, old_lm=ready.old_lm,
+                   weights=ready.weights, features=ready.features)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -609,9 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the HTTP server (settings also from AFP_* environment variables)")
     p.add_argument("--model", metavar="DIR", help="model directory (default: $AFP_MODEL_DIR or the bundled model)")
-    p.add_argument("--old-lm", metavar="ARPA", help="the n-gram that built the decoding graph, subtracted exactly from "
-                                                   "every request's graph scores as afp rescore --old-lm does "
-                                                   "(default: $AFP_OLD_LM, else none)")
+    p.add_argument("--old-lm", metavar="ARPA|DIR", help="the n-gram that built the decoding graph (an ARPA file or an "
+                                                       "n-gram model directory), subtracted exactly from every "
+                                                       "request's graph scores as afp rescore --old-lm does "
+                                                       "(default: $AFP_OLD_LM, else none)")
     p.add_argument("--weights", metavar="JSON", help="afp tune --save's weights for requests that give none "
                                                     "(default: $AFP_WEIGHTS, else none)")
     p.add_argument("--feature", action="append", metavar="NAME=DIR",

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
 
     model_dir: Path = Field(default_factory=default_model_dir)
     model_name: str | None = None
-    old_lm: Path | None = None  # the ARPA n-gram that built the decoding graph (afp rescore --old-lm)
+    old_lm: Path | None = None  # the n-gram that built the decoding graph, an ARPA file or n-gram model directory (afp rescore --old-lm)
     weights: Path | None = None  # a weights file of afp tune --save: the weights of requests that give none
     #: acausal window models as named features, NAME=DIR,NAME=DIR (afp rescore --feature); a request
     #: names which to use (its "features"; default all), never a path

@@ -45,8 +45,9 @@ def server_settings(overrides: Mapping[str, Any]) -> Settings:
         from afp.weights import TunedWeights
 
         TunedWeights.read(settings.weights)
-    if settings.old_lm is not None and not settings.old_lm.is_file():
-        raise SettingsError(f"{settings.old_lm}: no such file (--old-lm / AFP_OLD_LM)")
+    if settings.old_lm is not None and not (settings.old_lm.is_file() or is_store_dir(settings.old_lm)):
+        raise SettingsError(f"{settings.old_lm}: no such file or n-gram model directory "
+                            f"(--old-lm / AFP_OLD_LM)")
     if settings.features:  # a bad feature is one line now, not a failed start-up later
         from afp.features import feature_specs
 

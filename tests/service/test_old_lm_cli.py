@@ -66,3 +66,28 @@ def test_bad_arpa_is_one_line(tmp_path, capsys):
                  str(lattice)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("afp: error:") and "G.arpa" in err and "Traceback" not in err
+
+
+def test_the_server_takes_the_old_lms_the_command_line_takes_with_its_answers(tmp_path, capsys):
+    """An n-gram model directory as the old LM (afp ngram --store), given to afp rescore
+    --old-lm and to the server (AFP_OLD_LM): the same words and scores from both doors."""
+    from afp.compare import compare_answers
+    from tests.service.test_app import client_for
+
+    arpa = tmp_path / "G.arpa"
+    arpa.write_text(HAND)
+    assert main(["ngram", "--arpa", str(arpa), "--store", str(tmp_path / "G")]) == 0
+    capsys.readouterr()
+    text = archive(parse_arpa(HAND))
+    (tmp_path / "lat.txt").write_text(text)
+    model_dir = saved_model(tmp_path / "m", cell="gru", rho=2)
+    options = {"nbest": 2, "lm_weight": 0.5, "old_lm_weight": 0.5}
+    assert main(["rescore", "--model", str(model_dir), "--json", "--nbest", "2", "--lm-weight", "0.5",
+                 "--old-lm-weight", "0.5", "--old-lm", str(tmp_path / "G"), str(tmp_path / "lat.txt")]) == 0
+    cli = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert cli[0]["old_lm_score"] == "old-lm scorer"
+    with client_for(model_dir, old_lm=tmp_path / "G") as client:
+        reply = client.post("/v1/rescore", json={"format": "kaldi", "lattice": text, **options})
+    assert reply.status_code == 200
+    found = compare_answers(cli, reply.json()["results"], ignore={"seconds", "timing"})
+    assert found.same and found.largest == 0.0, found.difference

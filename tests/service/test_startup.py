@@ -19,7 +19,7 @@ def test_the_flags_given_override_the_environment(model_dir, monkeypatch):
 def test_every_path_is_checked_in_one_line(model_dir, tmp_path):
     cases = [({"model_dir": str(tmp_path / "none")}, f"{tmp_path / 'none'}: not a model directory"),
              ({"model_dir": str(tmp_path / "none.arpa")}, f"{tmp_path / 'none.arpa'}: no such ARPA file"),
-             ({"old_lm": str(tmp_path / "old.arpa")}, f"{tmp_path / 'old.arpa'}: no such file \\(--old-lm / AFP_OLD_LM\\)"),
+             ({"old_lm": str(tmp_path / "old.arpa")}, f"{tmp_path / 'old.arpa'}: no such file or n-gram model directory \\(--old-lm / AFP_OLD_LM\\)"),
              ({"features": f"acausal={tmp_path}"}, f"feature 'acausal': {tmp_path}: not a model directory"),
              ({"features": "bad"}, "--feature 'bad': expected NAME=MODEL_DIR"),
              ({"port": 99999}, "^invalid server settings: 1 validation error for Settings\nport\n")]
