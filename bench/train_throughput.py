@@ -5,6 +5,15 @@ point (``score_contexts``) at 200k words, full against adaptive softmax. Side by
   python -m bench.train_throughput                                   # CPU (slow at 200k: by hand only)
   python -m bench.train_throughput --device cuda --precision bf16    # GPU, bfloat16 autocast
   python -m bench.train_throughput --quick --threads 1 --out /tmp/tt.json   # a check that it runs
+  python -m bench.train_throughput --device cuda --precision bf16 --vocab-sizes 44122 --softmax adaptive \
+      --modes exact cudnn afp --rhos 2 3 4 5 6 --hiddens 256 512 1024 --score-vocab-size 0 \
+      --peak-tflops 989 --batch-size 64 [--compile]      # issue 49's GPU table (an H200: 989 dense bf16 TFLOP/s)
+
+Each training row also gives its FLOPs (``torch.utils.flop_counter`` on one step, forward and
+backward; a ``torch.nn.GRU`` row counts the same network's in the library's exact mode, whose
+fused kernel is not counted), the TFLOP/s that makes at the median round, its fraction of
+``--peak-tflops``, and its speed over ``torch.nn.GRU``'s at the same width (``cudnn`` mode: cuDNN
+on a GPU), the exact recurrence a user would reach for.
 
 Training. For every mode (exact BPTT; AFP-rho, FPI, ``--rho`` 4) x softmax (full; adaptive with
 :func:`lm.config.default_cutoffs`) x V (``--vocab-sizes``), a GRU LM (``--hidden`` 256) trains
@@ -78,7 +87,7 @@ from bench.common import RESULTS, command_line, environment, pyplot, save_figure
 
 ZIPF_EXPONENT = 1.0
 VOCAB_SIZES = (10_000, 33_278, 200_000)
-MODES = ("exact", "afp")
+MODES = ("exact", "afp", "cudnn")
 SOFTMAXES = ("full", "adaptive")
 
 
@@ -87,8 +96,17 @@ class ThroughputConfig:
     """What to measure and how; every CLI option.
 
     Fields:
-      vocab_sizes, modes, softmaxes: the training grid (every combination).
-      hidden, rho: the GRU's width; AFP's fixed-point iterations (training and scoring).
+      vocab_sizes, modes, softmaxes: the training grid (every combination). ``exact`` is the
+        library's exact mode (a Python loop over its cell, :meth:`lm.model.RecurrentLM.exact`),
+        ``cudnn`` the same network with ``torch.nn.GRU`` in place of that loop (cuDNN on a GPU):
+        the baseline a user would reach for; ``afp`` is taken at every rho of ``rhos``.
+      hidden, rho: the GRU's width; AFP's fixed-point iterations (scoring, and training where
+        ``hiddens`` and ``rhos`` are not given).
+      hiddens, rhos: the widths and the AFP iterations of the training grid (empty: ``hidden``, ``rho``).
+      compile: train through ``torch.compile`` of the model.
+      peak_tflops: the device's peak matrix throughput at the training precision (e.g. an H200's
+        989 dense bf16): each row's measured FLOP rate (:class:`torch.utils.flop_counter.FlopCounterMode`
+        on one step, forward and backward) as a fraction of it; None: the FLOP rate only.
       batch_size, bptt, batches: one round trains ``batches`` batches of ``batch_size x bptt`` tokens.
       rounds: rounds of turns (training) and calls (scoring).
       precision: ``fp32`` or ``bf16`` (autocast) training; scoring is always float32.
@@ -102,6 +120,10 @@ class ThroughputConfig:
     softmaxes: tuple[str, ...] = SOFTMAXES
     hidden: int = 256
     rho: int = 4
+    hiddens: tuple[int, ...] = ()
+    rhos: tuple[int, ...] = ()
+    compile: bool = False
+    peak_tflops: float | None = None
     batch_size: int = 32
     bptt: int = 35
     batches: int = 10
@@ -123,6 +145,9 @@ class ThroughputConfig:
         for name in ("hidden", "rho", "batch_size", "bptt", "batches", "rounds", "contexts", "targets_per_context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+        for name in ("hiddens", "rhos"):
+            if any(value < 1 for value in getattr(self, name)):
+                raise ValueError(f"{name}: each must be at least 1, got {getattr(self, name)}")
 
 
 #: ``--quick``: tiny sizes, a check that every path runs (seconds), not a measurement.
@@ -159,19 +184,38 @@ def zipf_batches(vocab_size: int, batches: int, batch_size: int, bptt: int, seed
 
 
 def _model(vocab_size: int, mode: str, softmax: str, hidden: int, rho: int, device: torch.device) -> Any:
-    """The benchmark's GRU LM (:class:`lm.config.ModelConfig`), seeded, initialised, on ``device``."""
+    """The benchmark's GRU LM (:class:`lm.config.ModelConfig`), seeded, initialised, on ``device``;
+    ``cudnn``: the exact model whose features come from a ``torch.nn.GRU`` over its embeddings."""
     from lm.config import ModelConfig
     from lm.model import build_model
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(vocab_size=vocab_size, cell="gru", hidden=hidden, mode=mode,
+    model = build_model(ModelConfig(vocab_size=vocab_size, cell="gru", hidden=hidden,
+                                    mode="afp" if mode == "afp" else "exact",
                                     rho=rho if mode == "afp" else None, softmax=softmax))
+    if mode == "cudnn":
+        model.cudnn = torch.nn.GRU(model.config.embedding_size, hidden, batch_first=True)
+        model.cell = torch.nn.Identity()  # the library's cell is not used: no parameters of it to train
+        model.features = lambda inputs, detach=False: model.cudnn(model.embedding(inputs))[0]
     model.reset_parameters(0.05)
     return model.to(device)
 
 
 def _mode_name(mode: str, rho: int) -> str:
-    return f"AFP-{rho}" if mode == "afp" else "exact (BPTT)"
+    return {"afp": f"AFP-{rho}", "exact": "exact (BPTT)", "cudnn": "exact (torch.nn.GRU)"}[mode]
+
+
+def step_flops(model: Any, batch: Any, precision: str) -> int:
+    """The FLOPs of one training step's forward and backward (matrix products, as
+    :class:`torch.utils.flop_counter.FlopCounterMode` counts them)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        with torch.autocast(batch.inputs.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logprobs = model(batch.inputs, batch.targets, batch.lengths, False)
+        (-logprobs.float().sum()).backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
 
 
 class Setup(Protocol):
@@ -200,10 +244,11 @@ class TrainSetup:
     bptt: int
     batches: int
     precision: str
+    compile: bool = False
 
     @property
     def name(self) -> str:
-        return f"V={self.vocab_size} {_mode_name(self.mode, self.rho)}, {self.softmax} softmax"
+        return f"V={self.vocab_size} H={self.hidden} {_mode_name(self.mode, self.rho)}, {self.softmax} softmax"
 
     @property
     def units(self) -> int:
@@ -215,14 +260,21 @@ class TrainSetup:
 
         sample = [b.to(device) for b in zipf_batches(self.vocab_size, self.batches, self.batch_size, self.bptt,
                                                      seed=self.vocab_size)]
+        # the FLOPs of the network's math: torch.nn.GRU's fused kernel is not counted, so cudnn's are exact's
+        counted = _model(self.vocab_size, "exact" if self.mode == "cudnn" else self.mode, self.softmax, self.hidden,
+                         self.rho, device).train()
+        flops = step_flops(counted, sample[0], self.precision) * self.batches
+        del counted
         model = _model(self.vocab_size, self.mode, self.softmax, self.hidden, self.rho, device).train()
         optimizer = make_optimizer(model, 1e-3)
+        trainer = torch.compile(model) if self.compile else model
 
         def run(batches: Sequence[Any] = sample) -> float:  # one train_step per batch, clipping at 1
-            return _timed(lambda: [train_step(model, optimizer, b, False, clip=1.0, precision=self.precision)
+            return _timed(lambda: [train_step(trainer, optimizer, b, False, clip=1.0, precision=self.precision)
                                    for b in batches], device)
 
-        run(sample[:2])  # warm-up
+        run(sample[:2])  # warm-up (and compilation)
+        run.flops_per_round = flops  # type: ignore[attr-defined]
         return run
 
 
@@ -274,6 +326,13 @@ def _prepare(setup: Setup, device_name: str, threads: int) -> None:
     torch.set_num_threads(threads)
     _PREPARED.update(memory={"start_rss_mib": _max_rss_mib()}, device=torch.device(device_name))
     _PREPARED["run"] = setup.prepare(_PREPARED["device"])
+    _PREPARED["flops"] = _flops(_PREPARED["run"])
+
+
+def _flops(run: Callable[[], float]) -> dict[str, float]:
+    """``{"flops_per_round": F}`` where the setup counted them, else nothing."""
+    flops = getattr(run, "flops_per_round", None)
+    return {} if flops is None else {"flops_per_round": flops}
 
 
 def _round() -> float:
@@ -286,7 +345,7 @@ def _peak_memory() -> dict[str, float]:
     memory["peak_rss_mib"] = _max_rss_mib()
     if device.type == "cuda":
         memory["peak_cuda_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return memory
+    return {**memory, **_PREPARED["flops"]}
 
 
 class InProcess:
@@ -296,7 +355,7 @@ class InProcess:
         self.round = setup.prepare(device)
 
     def close(self) -> dict[str, float]:
-        return {}
+        return _flops(self.round)
 
     def terminate(self) -> None:
         pass
@@ -358,10 +417,22 @@ def measure(setups: Sequence[Setup], rounds: int, device: torch.device, threads:
             for setup, seconds, median, memory in zip(setups, times, medians, memories, strict=True)]
 
 
+def flop_rates(row: dict[str, Any], peak_tflops: float | None) -> dict[str, float]:
+    """A measured row's ``tflops`` (its counted FLOPs over its median round) and, with the
+    device's peak, ``roofline_fraction``; nothing for a row without counted FLOPs."""
+    if "flops_per_round" not in row:
+        return {}
+    tflops = row["flops_per_round"] / row["median_round_seconds"] / 1e12
+    return {"tflops": tflops, **({"roofline_fraction": tflops / peak_tflops} if peak_tflops else {})}
+
+
 def train_setups(cfg: ThroughputConfig) -> list[TrainSetup]:
-    """The training grid, V by V, exact and full first within each V."""
-    return [TrainSetup(v, mode, softmax, cfg.hidden, cfg.rho, cfg.batch_size, cfg.bptt, cfg.batches, cfg.precision)
-            for v in cfg.vocab_sizes for mode in cfg.modes for softmax in cfg.softmaxes]
+    """The training grid, V by V and width by width, exact and full first within each (V, width);
+    ``afp`` once per rho."""
+    return [TrainSetup(v, mode, softmax, hidden, rho, cfg.batch_size, cfg.bptt, cfg.batches, cfg.precision,
+                       cfg.compile)
+            for v in cfg.vocab_sizes for hidden in cfg.hiddens or (cfg.hidden,) for mode in cfg.modes
+            for rho in (cfg.rhos or (cfg.rho,) if mode == "afp" else (cfg.rho,)) for softmax in cfg.softmaxes]
 
 
 def score_setups(cfg: ThroughputConfig) -> list[ScoreSetup]:
@@ -382,11 +453,15 @@ def benchmark(cfg: ThroughputConfig, log: Callable[[str], None] = print) -> dict
         return [{**describe(s), **m} for s, m in zip(setups, measured, strict=True)]
 
     train = rows(train_setups(cfg), "tokens_per_second", lambda s: {
-        "vocab_size": s.vocab_size, "mode": s.mode, "softmax": s.softmax, "name": s.name, "tokens_per_round": s.units})
+        "vocab_size": s.vocab_size, "hidden": s.hidden, "mode": s.mode, "rho": s.rho if s.mode == "afp" else None,
+        "softmax": s.softmax, "name": s.name, "tokens_per_round": s.units})
     for row in train:
-        ref = next((r for r in train if r["vocab_size"] == row["vocab_size"] and r["mode"] == "exact"
-                    and r["softmax"] == "full"), None)
+        same = [r for r in train if (r["vocab_size"], r["hidden"]) == (row["vocab_size"], row["hidden"])]
+        ref = next((r for r in same if r["mode"] == "exact" and r["softmax"] == "full"), None)
         row["speedup_over_exact_full"] = row["tokens_per_second"] / ref["tokens_per_second"] if ref else None
+        cudnn = next((r for r in same if r["mode"] == "cudnn" and r["softmax"] == row["softmax"]), None)
+        row["speedup_over_cudnn"] = row["tokens_per_second"] / cudnn["tokens_per_second"] if cudnn else None
+        row.update(flop_rates(row, cfg.peak_tflops))
     result: dict[str, Any] = {
         "benchmark": "bench.train_throughput", "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
@@ -450,6 +525,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ThroughputConfig, Pat
     parser.add_argument("--softmax", dest="softmaxes", nargs="+", choices=SOFTMAXES)
     for name in ("hidden", "rho", "batch_size", "rounds", "contexts", "targets_per_context"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int)
+    parser.add_argument("--hiddens", type=int, nargs="+", help="the training grid's widths (default: --hidden)")
+    parser.add_argument("--rhos", type=int, nargs="+", help="the training grid's AFP iterations (default: --rho)")
+    parser.add_argument("--compile", action="store_true", help="train through torch.compile")
+    parser.add_argument("--peak-tflops", type=float,
+                        help="the device's peak at the precision (H200 dense bf16: 989): the roofline fraction")
     parser.add_argument("--bptt", type=int, help="tokens per row")
     parser.add_argument("--batches", type=int, help="batches per round (a fixed sample)")
     parser.add_argument("--precision", choices=("fp32", "bf16"),
@@ -481,6 +561,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         ratio = row["speedup_over_exact_full"]
         print(f"{row['name']:>42}: {row['tokens_per_second']:10.0f} tokens/s"
               + (f"  x{ratio:.2f} of exact full" if ratio is not None else "")
+              + (f"  x{row['speedup_over_cudnn']:.2f} of torch.nn.GRU" if row.get("speedup_over_cudnn") else "")
+              + (f"  {row['tflops']:.3g} TFLOP/s" if "tflops" in row else "")
+              + (f" ({100 * row['roofline_fraction']:.1f}% of peak)" if "roofline_fraction" in row else "")
               + (f"  peak {row[k]:.0f} MiB" if (k := _memory_key(result)) else ""))
     for row in (result["score"] or {}).get("rows", []):
         ratio = row["speedup_over_full"]
