@@ -34,11 +34,23 @@ def environment() -> dict[str, Any]:
 
     env: dict[str, Any] = {
         "torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``), e.g. ``AMD EPYC``; None where it is not told."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def write_text(path: Path, text: str) -> None:

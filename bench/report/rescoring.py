@@ -125,7 +125,8 @@ def cores(results: Path) -> list[str]:
     lines = ["## Every core: cost per link, one command, the server (`python -m bench.cores`)", ""]
     for device, data in found:
         n = data["workers"]
-        lines += [f"`{data['command']}` on {where(data)} ({data['environment'].get('cpu_count')} cores), "
+        env = data["environment"]
+        lines += [f"`{data['command']}` on {env.get('cpu_model') or 'a CPU'}, {where(data)} ({env.get('cpu_count')} cores), "
                   f"{device}; weights tuned on each set's first lattices (the first set's for the parallel runs); "
                   f"walls include loading the model.", ""]
         rows = [[name, s["one_thread"]["lattices"], s["one_thread"]["links_per_audio_s"], f'{s["one_thread"]["rtf"]:.4f}',
