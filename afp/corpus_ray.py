@@ -14,7 +14,7 @@ on). An input whose workers died ``max_attempts`` times is recorded as failed. R
 are not used: they give no exactly-once output per input, and the results file is this job's
 record of what is done.
 
-Ray is an optional extra (``pip install 'afp-rescore[ray]'``); without it :func:`run_on_ray`
+Ray is an optional extra (from a clone, ``.venv/bin/pip install -e '.[ray]'``; ``make install`` has it); without it :func:`run_on_ray`
 raises :class:`RayMissing` at once.
 """
 
@@ -88,7 +88,8 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise RayMissing("--ray needs Ray, an optional extra: pip install 'afp-rescore[ray]'") from None
+        raise RayMissing("--ray needs Ray, an optional extra: from a clone, .venv/bin/pip install -e '.[ray]' "
+                         "(make install has it)") from None
     return ray
 
 

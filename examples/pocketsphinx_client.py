@@ -1,6 +1,6 @@
 """A real decoder as a client: decode audio with PocketSphinx, rescore each lattice exactly.
 
-    pip install 'afp-rescore[decoder]'                      # PocketSphinx 5 (its US English model)
+    .venv/bin/pip install -e '.[decoder]'                   # from a clone: PocketSphinx 5 (its US English model)
     python examples/pocketsphinx_client.py tests/fixtures/librivox/*.wav             # the Python API
     python examples/pocketsphinx_client.py --server http://127.0.0.1:8000 FILE.wav...  # a running afp serve
 

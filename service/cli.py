@@ -409,7 +409,7 @@ def _add_corpus_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-jobs", type=_positive, metavar="N", help="how many jobs share the inputs")
     g.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster: auto (the one this machine joined), "
                    "HOST:PORT or ray://HOST:PORT; DIR, the inputs and the model must be on a file system every node "
-                   "sees (needs pip install 'afp-rescore[ray]')")
+                   "sees (needs Ray: from a clone, .venv/bin/pip install -e '.[ray]'; make install has it)")
     g.add_argument("--ray-workers", type=_positive, default=2, metavar="N",
                    help="Ray workers, each with the model loaded once (default 2)")
     g.add_argument("--ray-cpus-per-worker", type=float, default=1.0, metavar="C", help="CPUs each worker asks for "

@@ -247,7 +247,7 @@ def test_ray_without_ray_installed_fails_at_once_naming_the_extra(corpus, tmp_pa
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     assert main(["rescore", "--model", str(corpus["model"]), "--out-dir", str(tmp_path / "o"), "--ray", "auto",
                  corpus["inputs"][0]]) == 2
-    assert "pip install 'afp-rescore[ray]'" in capsys.readouterr().err
+    assert "--ray needs Ray, an optional extra: from a clone, .venv/bin/pip install -e '.[ray]'" in capsys.readouterr().err
     assert not (tmp_path / "o" / "lat.1.txt.jsonl").exists()
 
 
