@@ -164,6 +164,25 @@ def one_command(model: Path, weights: Path, lattices: list[Path], workers: int, 
     return report
 
 
+def tune_side_by_side(model: Path, refs: Path, lattices: list[Path], workers: int, rounds: int,
+                      work: Path) -> dict[str, Any]:
+    """``afp tune`` scoring its dev set with one worker and with N, alternately: walls (the least
+    of each), the speedup, and whether both chose the same point."""
+    runs: dict[str, list[dict[str, Any]]] = {"workers_1": [], f"workers_{workers}": []}
+    for _ in range(rounds):
+        for name, count in (("workers_1", 1), (f"workers_{workers}", workers)):
+            started = time.perf_counter()
+            done = tune(REPO_ROOT, model, refs, lattices, work / f"tune-{name}.json", "--workers", str(count))
+            runs[name].append({**done, "wall_s": round(time.perf_counter() - started, 2)})
+    report: dict[str, Any] = {"lattices": len(lattices), "rounds": rounds}
+    for name, done in runs.items():
+        report[name] = {"wall_s": min(run["wall_s"] for run in done), "walls_s": [run["wall_s"] for run in done],
+                        "search_s": min(run["search_s"] for run in done), "chosen": done[0]["chosen"]}
+    report["speedup"] = round(report["workers_1"]["wall_s"] / report[f"workers_{workers}"]["wall_s"], 3)
+    report["same_point"] = report["workers_1"]["chosen"] == report[f"workers_{workers}"]["chosen"]
+    return report
+
+
 # ---------------------------------------------------------------------------------------- server
 def start_servers(count: int, processes: int, model: Path, weights: Path, base_port: int) -> list[subprocess.Popen]:
     env = {**os.environ, "PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1", "AFP_REQUEST_TIMEOUT_S": "300"}
@@ -253,11 +272,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=available_cores())
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--server-seconds", type=float, default=20.0, help="each server setting's load (0: none)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["one-thread", "one-command", "server"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["one-thread", "one-command", "tune", "server"],
+                        help="parts not to run: their results are kept from the output file when it has them")
     parser.add_argument("--out", type=Path, help="default: bench/results/cores_<device>.json")
     args = parser.parse_args(argv)
+    out = args.out or RESULTS / f"cores_{'gpu' if environment().get('cuda') else 'cpu'}.json"
     report: dict[str, Any] = {"command": "python -m bench.cores " + " ".join(argv if argv is not None else sys.argv[1:]),
                               "environment": environment(), "workers": args.workers, "sets": {}}
+    earlier = json.loads(out.read_text()) if args.skip and out.is_file() else {}
+    if earlier:
+        report["kept_from_earlier_run"] = {"command": earlier.get("command"), "parts": args.skip}
     dense: list[tuple[float, Path]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -271,18 +295,28 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             entry: dict[str, Any] = {"tune": {**tuned, "wall_s": round(time.perf_counter() - started, 2)}}
             if "one-thread" not in args.skip:
                 entry["one_thread"] = one_thread(args.model, weights, files, audio_seconds(set_dir, files))
+            elif "one_thread" in earlier.get("sets", {}).get(name, {}):
+                entry["one_thread"] = earlier["sets"][name]["one_thread"]
             report["sets"][name] = entry
             dense += [(links_of(p) / audio_seconds(set_dir, [p]), p) for p in files]
             print(json.dumps({name: entry}), file=sys.stderr)
         weights = work / f"{args.sets[0].name}.weights.json"
         chosen = [p for _, p in sorted(dense, key=lambda x: -x[0])[:args.dense]]
-        if "one-command" not in args.skip:
-            report["one_command"] = one_command(args.model, weights, chosen, args.workers, args.rounds, work)
-            print(json.dumps(report["one_command"]), file=sys.stderr)
-        if "server" not in args.skip and args.server_seconds > 0:
-            report["server"] = server_load(args.model, weights, chosen, args.workers, args.server_seconds)
-    device = "gpu" if report["environment"].get("cuda") else "cpu"
-    write_json(args.out or RESULTS / f"cores_{device}.json", report)
+        first = args.sets[0]
+        parts = {"one_command": ("one-command", lambda: one_command(args.model, weights, chosen, args.workers,
+                                                                     args.rounds, work)),
+                 "tune_workers": ("tune", lambda: tune_side_by_side(args.model, first / "ref.trn",
+                                                                    lattices_of(first, args.tune_limit), args.workers,
+                                                                    args.rounds, work)),
+                 "server": ("server", lambda: server_load(args.model, weights, chosen, args.workers,
+                                                          args.server_seconds))}
+        for key, (flag, run) in parts.items():
+            if flag not in args.skip and not (key == "server" and args.server_seconds <= 0):
+                report[key] = run()
+                print(json.dumps({key: report[key]}), file=sys.stderr)
+            elif key in earlier:
+                report[key] = earlier[key]
+    write_json(out, report)
     return report
 
 

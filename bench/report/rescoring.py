@@ -146,6 +146,13 @@ def cores(results: Path) -> list[str]:
                       f"{one['workers_over_processes']:.2f}; `--workers {n}` results equal one worker's: "
                       f"{'yes, bit for bit' if same['same'] and same['largest_score_difference'] == 0 else same}.", "",
                       *table(["run", "least wall s", "walls s", "peak MiB in all", "peak MiB per process"], rows)]
+        tune = data.get("tune_workers")
+        if tune:
+            lines += [f"`afp tune` on {tune['lattices']} lattices of the first set: `--workers {n}` (its scoring pass "
+                      f"in worker processes) {tune['workers_' + str(n)]['wall_s']} s against one worker's "
+                      f"{tune['workers_1']['wall_s']} s ({tune['speedup']:.2f}x; the search itself, "
+                      f"{tune['workers_1']['search_s']} s, runs in one process), the same chosen point: "
+                      f"{'yes' if tune['same_point'] else 'NO'}.", ""]
         server = data.get("server")
         if server:
             rows = [[name.replace("_", " "), s["requests_per_s"], s["links_per_s"], s["p50_s"], s["p95_s"],
