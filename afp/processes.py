@@ -58,6 +58,10 @@ def exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+#: workers in a row that may die before they are ready before the pool gives up
+START_TRIES = 3
+
+
 def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -136,6 +140,7 @@ class ProcessPool:
         self._slots: list[_Slot] = []
         self._failed: str | None = None
         self._closing = False
+        self._start_deaths = 0  # workers in a row that died before they were ready
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
         self._thread = threading.Thread(target=self._loop, name="afp-process-pool", daemon=True)
         for _ in range(workers):
@@ -212,6 +217,10 @@ class ProcessPool:
         if overran and not died:
             slot.process.kill()
         slot.process.join()
+        self._start_deaths = 0 if slot.ready else self._start_deaths + 1
+        if self._start_deaths >= START_TRIES and self._failed is None:  # dying at start, again and again
+            self._receive(slot, ("start-failed", f"{START_TRIES} worker processes in a row died while starting "
+                                                 f"(the last: {exit_text(slot.process.exitcode)})"))
         if slot.task is not None and slot.payload is not None:  # given but never taken: it goes to another worker
             with self._lock:
                 self._pending.appendleft((slot.task[0], *slot.payload))

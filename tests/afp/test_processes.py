@@ -86,3 +86,12 @@ def test_a_failing_initializer_fails_every_task_with_its_error():
             broken.submit(square, 2).result(60)
     finally:
         broken.close()
+
+
+def test_workers_that_die_while_starting_fail_the_tasks_instead_of_restarting_without_end():
+    broken = ProcessPool(1, die)
+    try:
+        with pytest.raises(StartFailed, match="3 worker processes in a row died while starting .*signal SIGKILL"):
+            broken.submit(square, 2).result(60)
+    finally:
+        broken.close()
