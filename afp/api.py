@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from afp.defaults import default_model_dir
 from afp.jobs import Failure, iter_lattices, rescore_all
-from afp.mixtures import mixed_scorer, open_model
+from afp.mixtures import mixed_scorer
 from afp.scoring import load_extra_scorers
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
@@ -33,7 +32,6 @@ from lattices.rescore import RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
 from lm.ngram.store import StoreScorer
-from lm.device import resolve_device
 from lm.scorer import LMScorer, TextScore, text_score
 
 __all__ = ["Model", "RescoreFailed", "SentenceScore", "load_model", "rescore_options"]
@@ -144,7 +142,11 @@ class Model:
         Raises:
           RescoreFailed: a lattice could not be rescored (the message says why).
         """
+        from afp.rescore_job import RescoreSetup, check_rescorable
+
+        check_rescorable(self.loaded, str(self.loaded.path) if self.loaded.path else None)
         settings = rescore_options(self, weights=weights, **options)
+        untuned = RescoreSetup(options=options, weights=str(weights) if weights is not None else None).untuned
         symbols = read_words_txt(words) if words is not None else None
         lattices = _lattices(inputs if isinstance(inputs, (list, tuple)) else [inputs], format, symbols)
         extra = load_extra_scorers(old_lm, features, str(self.loaded.device), self.score_precision)
@@ -153,6 +155,14 @@ class Model:
                                    old_lm=extra.old_lm, workers=workers, features=extra.features):
             if isinstance(outcome, Failure):
                 raise RescoreFailed(outcome.key, outcome.message)
+            if untuned:  # as a job says it once, so does a call (a UserWarning)
+                import warnings
+
+                from lattices.diagnostics import untuned_weights_warning
+
+                first = outcome[0]
+                warnings.warn(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight), stacklevel=2)
+                untuned = False
             out.append(outcome)
         return out
 
@@ -162,8 +172,10 @@ def load_model(path: str | Path | None = None, device: str = "auto", score_preci
     """A model directory (default: ``$AFP_MODEL_DIR``, else the bundled default model) on
     ``device`` (``auto``: CUDA when there is a GPU, else the CPU); ``interpolate``: ``(model,
     weight)`` pairs mixed in (``--interpolate``, :mod:`afp.mixtures`)."""
-    loaded = open_model(path or default_model_dir(), device=str(resolve_device(device)))
-    return Model(loaded, score_precision, interpolate)
+    from afp.scoring import ModelSpec
+
+    return Model(ModelSpec(model=str(path) if path is not None else None, device=device).load(), score_precision,
+                 interpolate)
 
 
 def _sentences(sentences: Iterable[str | Sequence[str]]) -> Iterator[list[str]]:

@@ -31,7 +31,8 @@ from lattices.rescore import RescoreOptions, RescoreResult
 if TYPE_CHECKING:
     from lattices.scored import ScoredLattice
 
-__all__ = ["LoadedSetup", "RescoreJob", "RescoreSetup", "RescoreSummary", "run_rescore_cuts_job", "run_rescore_job"]
+__all__ = ["LoadedSetup", "RescoreJob", "RescoreSetup", "RescoreSummary", "check_rescorable", "run_rescore_cuts_job",
+           "run_rescore_job"]
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,7 @@ class LoadedSetup:
         self.processes_from = 4 * workers if processes_from is None else processes_from
         self.symbols = setup.symbols()
         self.loaded = setup.model.load()
-        if self.loaded.config.context_size is None:
-            raise ValueError(f"{setup.model.model or 'the model'}: an exact (unbounded) RNN cannot rescore lattices "
-                             f"exactly; use an AFP-rho or n-gram model")
+        check_rescorable(self.loaded, setup.model.model)
         self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice or None)
         self.scorer = setup.model.scorer(self.loaded)
         self.old_lm, self.features = setup.extra_scorers(self.loaded)
@@ -262,6 +261,14 @@ class LoadedSetup:
             warn(untuned_weights_warning(first.stats, first.old_lm_weight, first.lm_weight)
                  + " (this warning is given once per job)")
             self.untuned = False
+
+
+def check_rescorable(loaded: Any, name: str | None = None) -> None:
+    """Refuse a model that cannot rescore lattices exactly (an exact RNN: its context is unbounded),
+    the same way at every door, with a :class:`ValueError` naming it."""
+    if loaded.config.context_size is None:
+        raise ValueError(f"{name or 'the model'}: an exact (unbounded) RNN cannot rescore lattices exactly; use an "
+                         f"AFP-rho or n-gram model")
 
 
 def _read_weights(path: str | None) -> Any:
