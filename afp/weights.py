@@ -124,7 +124,9 @@ class TunedWeights:
                   "old_lm_weight": self.old_lm_weight, "word_penalty": self.word_penalty,
                   "unk_penalty": self.unk_penalty, "decode": self.decode,
                   "score_weights": None if self.score_weights is None else tuple(self.score_weights.items())}
-        kept = {"lm_weights" if name == "lm_weight" else name for name in keep}
+        from lattices.options import option_spec
+
+        kept = {option_spec(name).field for name in keep}  # the door names as RescoreOptions' fields
         return dataclasses.replace(options, **{k: v for k, v in values.items() if k not in kept and v is not None})
 
 

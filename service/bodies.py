@@ -100,9 +100,11 @@ def json_response(model: type[BaseModel], content: dict[str, Any], deadline: flo
     return Response(body, media_type="application/json")
 
 
-def document_request_bodies(app: Any, models: dict[str, type[BaseModel]]) -> None:
+def document_request_bodies(app: Any, models: dict[str, type[BaseModel]], max_nbest: int | None = None) -> None:
     """Put ``models`` (component name -> model) into the app's OpenAPI components: routes that read
-    the raw body refer to them from ``openapi_extra``, and FastAPI does not register them itself."""
+    the raw body refer to them from ``openapi_extra``, and FastAPI does not register them itself.
+    ``max_nbest``: the server's own limit (``AFP_MAX_NBEST``), published as the ``maximum`` of every
+    ``nbest`` request field and query parameter."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -113,7 +115,26 @@ def document_request_bodies(app: Any, models: dict[str, type[BaseModel]]) -> Non
                 extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(extra.pop("$defs", {}))
                 components[name] = extra
+            if max_nbest is not None:
+                _publish_nbest_limit(schema, max_nbest)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi
+
+
+def _publish_nbest_limit(schema: dict[str, Any], limit: int) -> None:
+    """The ``nbest`` of request bodies and query strings gets ``maximum: limit``."""
+    for name in models_with_nbest(schema):
+        schema["components"]["schemas"][name]["properties"]["nbest"]["maximum"] = limit
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else ():
+                if parameter.get("name") == "nbest" and parameter.get("in") == "query":
+                    parameter["schema"]["maximum"] = limit
+
+
+def models_with_nbest(schema: dict[str, Any]) -> list[str]:
+    """The request components with an integer ``nbest`` field (a response's ``nbest`` is a list)."""
+    return [name for name, component in schema.get("components", {}).get("schemas", {}).items()
+            if component.get("properties", {}).get("nbest", {}).get("type") == "integer"]

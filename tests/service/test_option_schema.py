@@ -84,6 +84,8 @@ def test_the_engine_takes_what_the_schema_takes_at_every_published_bound(publish
         spec = option_spec(name)
         if spec.kind in ("weight", "weights", "named_weights"):
             continue  # weights: a member's items, below
+        if (name, key) == ("nbest", "maximum"):
+            continue  # the server's own limit, AFP_MAX_NBEST, not the engine's (test_the_servers_nbest_limit_is_in_its_schema)
         step = 1 if spec.kind == "count" else 1e-6
         beyond = bound - step if key == "minimum" else bound + step
         RescoreOptions(**{spec.field: bound})  # the bound itself is taken
@@ -184,3 +186,17 @@ def test_a_request_and_the_engine_say_the_same_of_a_bad_count():
                                                r"\(0: no target"):
         build_options({"target_arcs": -1})
     assert dataclasses.replace(RescoreOptions(), target_expanded_arcs=0).target_expanded_arcs is None
+
+
+def test_the_servers_nbest_limit_is_in_its_schema(model_dir):
+    """AFP_MAX_NBEST is published as the maximum of nbest, in the JSON body and the query string,
+    and a request over it gets the 422 the schema announces."""
+    from tests.service.test_app import client_for
+
+    with client_for(model_dir, max_nbest=7) as client:
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["schemas"]["RescoreRequest"]["properties"]["nbest"]["maximum"] == 7
+        (query,) = [p for p in schema["paths"]["/v1/rescore"]["post"]["parameters"] if p["name"] == "nbest"]
+        assert query["schema"]["maximum"] == 7
+        reply = client.post("/v1/rescore", json={"format": "kaldi", "lattice": "u\n0 1 a 1,1,\n1 0,0,\n", "nbest": 8})
+        assert reply.status_code == 422 and "over the limit 7" in reply.json()["error"]["message"]
