@@ -47,7 +47,9 @@ def _query_parameters() -> list[dict[str, Any]]:
                                     "maxItems": option_spec(name).maximum}
             text = "new-LM weight; repeat it (lm_weight=0.3&lm_weight=0.5) for several in one pass"
         elif name == "score_weights":
-            prop = {"type": "string", "pattern": r"^\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*(,\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*)*$"}
+            # empty (no named weights) or NAME=W,NAME=W: what afp.options.parse_score_weights takes
+            prop = {"type": "string",
+                    "pattern": r"^\s*$|^\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*(,\s*[^=,\s]+\s*=\s*[-+0-9.eE]+\s*)*$"}
             text = "weights of named first-pass scores as NAME=W,NAME=W (decoder=0.6,ctc=0.4)"
         else:
             prop = {k: v for k, v in field.items() if k not in ("title", "description", "default")}

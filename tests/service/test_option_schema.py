@@ -200,3 +200,24 @@ def test_the_servers_nbest_limit_is_in_its_schema(model_dir):
         assert query["schema"]["maximum"] == 7
         reply = client.post("/v1/rescore", json={"format": "kaldi", "lattice": "u\n0 1 a 1,1,\n1 0,0,\n", "nbest": 8})
         assert reply.status_code == 422 and "over the limit 7" in reply.json()["error"]["message"]
+
+
+def test_the_score_weights_query_pattern_takes_what_the_parser_takes(client):
+    """The published pattern and afp.options.parse_score_weights agree: empty (no named weights)
+    and NAME=W lists are taken, a name without a weight is not; an empty query value is answered."""
+    import re
+
+    from afp.options import OptionsError, parse_score_weights
+
+    (param,) = [p for p in client.get("/openapi.json").json()["paths"]["/v1/rescore"]["post"]["parameters"]
+                if p["name"] == "score_weights"]
+    pattern = re.compile(param["schema"]["pattern"])
+    for text in ("", "  ", "decoder=0.6", "decoder=0.6, ctc = 0.4"):
+        assert pattern.search(text) and isinstance(parse_score_weights(text), dict), text
+    for text in ("decoder", "decoder=", "=0.5"):
+        assert not pattern.search(text), text
+        with pytest.raises(OptionsError):
+            parse_score_weights(text)
+    reply = client.post("/v1/rescore?score_weights=", content="u\n0 1 a 1,1,\n1 0,0,\n",
+                        headers={"Content-Type": "text/plain"})
+    assert reply.status_code == 200
