@@ -33,6 +33,7 @@ from typing import Any
 from afp import mert
 from afp.significance import Comparison, compare
 from afp.tune import Tuner, first_pass_point, joint_tune, mert_problem
+from afp.tune_job import DEFAULT_FOLDS, DEFAULT_RESTARTS
 from afp.wer import word_errors
 from lattices.rescore import RescoreOptions
 from lattices.scored import ScoredLattice
@@ -114,7 +115,7 @@ def _coordinates(tuner: Tuner, tune_scores: Sequence[str]) -> list[str]:
 
 
 def tune_weights(tuner: Tuner, *, hold: Mapping[str, float] | None = None, tune_scores: Sequence[str] = (),
-                 restarts: int = 3, folds: int = 5, seed: int = 0, baseline: Mapping[str, Sequence[str]] | None = None,
+                 restarts: int = DEFAULT_RESTARTS, folds: int = DEFAULT_FOLDS, seed: int = 0, baseline: Mapping[str, Sequence[str]] | None = None,
                  apply_best: bool = False) -> Tuned:
     """The weights to apply, tuned on ``tuner``'s set.
 
@@ -207,7 +208,7 @@ def _rescored(tuner: Tuner, point: Mapping[str, float], inputs: Sequence[Any],
 
 
 def transfer(tuners: Mapping[str, Tuner], *, hold: Mapping[str, float] | None = None, tune_scores: Sequence[str] = (),
-             restarts: int = 3, folds: int = 5, seed: int = 0,
+             restarts: int = DEFAULT_RESTARTS, folds: int = DEFAULT_FOLDS, seed: int = 0,
              baselines: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
              others: Mapping[str, Mapping[str, Sequence[int]]] | None = None, apply_best: bool = False,
              inputs: Mapping[str, Sequence[Any]] | None = None, score: ScoreInput | None = None) -> list[Applied]:

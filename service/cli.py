@@ -410,12 +410,15 @@ def _add_corpus_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster: auto (the one this machine joined), "
                    "HOST:PORT or ray://HOST:PORT; DIR, the inputs and the model must be on a file system every node "
                    "sees (needs Ray: from a clone, .venv/bin/pip install -e '.[ray]'; make install has it)")
-    g.add_argument("--ray-workers", type=_positive, default=2, metavar="N",
-                   help="Ray workers, each with the model loaded once (default 2)")
-    g.add_argument("--ray-cpus-per-worker", type=float, default=1.0, metavar="C", help="CPUs each worker asks for "
-                   "(default 1)")
-    g.add_argument("--ray-gpus-per-worker", type=float, default=0.0, metavar="G",
-                   help="GPUs each worker asks for; fractions share a GPU, e.g. 0.25 (default 0)")
+    from afp.corpus_ray import RayOptions
+
+    ray = RayOptions()  # its defaults, the one definition
+    g.add_argument("--ray-workers", type=_positive, default=ray.workers, metavar="N",
+                   help=f"Ray workers, each with the model loaded once (default {ray.workers})")
+    g.add_argument("--ray-cpus-per-worker", type=float, default=ray.cpus, metavar="C", help="CPUs each worker asks for "
+                   f"(default {ray.cpus:g})")
+    g.add_argument("--ray-gpus-per-worker", type=float, default=ray.gpus, metavar="G",
+                   help=f"GPUs each worker asks for; fractions share a GPU, e.g. 0.25 (default {ray.gpus:g})")
     g.add_argument("--quiet", action="store_true", help="no progress line per input on standard error")
 
 
