@@ -31,6 +31,7 @@ from afp.weights import SETS, TunedWeights
 from lattices.rescore import RescoreOptions, RescoreResult
 from lattices.scorer import ContextScorer
 from lm.checkpoint import LoadedModel
+from lm.device import DEFAULT_DEVICE
 from lm.ngram.store import StoreScorer
 from lm.scorer import LMScorer, TextScore, text_score
 
@@ -167,7 +168,7 @@ class Model:
         return out
 
 
-def load_model(path: str | Path | None = None, device: str = "auto", score_precision: str = "auto",
+def load_model(path: str | Path | None = None, device: str = DEFAULT_DEVICE, score_precision: str = "auto",
                interpolate: Sequence[tuple[str, float]] = ()) -> Model:
     """A model directory (default: ``$AFP_MODEL_DIR``, else the bundled default model) on
     ``device`` (``auto``: CUDA when there is a GPU, else the CPU); ``interpolate``: ``(model,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lattices.scorer import ContextScorer
+from lm.device import DEFAULT_DEVICE
 
 if TYPE_CHECKING:
     from afp.features import Features
@@ -39,7 +40,7 @@ class ModelSpec:
     at once (None: :data:`lm.model.DEFAULT_SCORE_ELEMENTS`)."""
 
     model: str | None = None
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     score_precision: str | None = None
     interpolate: tuple[str, ...] = ()
     max_elements: int | None = None

@@ -2,6 +2,7 @@
 ``afp mix`` compute (the command line parses its flags, calls one of these and prints)::
 
     from afp.scoring import ModelSpec
+from lm.device import DEFAULT_DEVICE
     from afp.text_jobs import model_info, perplexity
 
     spec = ModelSpec(device="cpu")
@@ -99,7 +100,7 @@ def score_text(spec: ModelSpec, text: str, on_sentence: Callable[[Sequence[str],
                       on_sentence=lambda words, values: on_sentence(words, values.tolist()))
 
 
-def mix_models(models: Sequence[str], text: str, out: str, device: str = "auto",
+def mix_models(models: Sequence[str], text: str, out: str, device: str = DEFAULT_DEVICE,
                score_precision: str | None = None) -> dict[str, Any]:
     """Estimate the interpolation weights of ``models`` on held-out ``text`` by EM
     (:func:`afp.mixtures.estimate_weights`) and write the mixture directory ``out``

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lm.cells import ACTIVATIONS, CELL_TYPES
+from lm.device import DEFAULT_DEVICE
 
 ARCHITECTURES = ("rnn", "ffnn")
 MODES = ("exact", "afp")
@@ -282,7 +283,7 @@ class TrainConfig(_JsonConfig):
     init_from: str | None = None
     detach: bool = False
     seed: int = 1
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     num_threads: int | None = None
     max_train_sentences: int | None = None
     precision: str = "fp32"

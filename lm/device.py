@@ -11,10 +11,13 @@ from pathlib import Path
 
 import torch
 
+#: every door's device when none is given: the first CUDA device when there is one, else the CPU
+DEFAULT_DEVICE = "auto"
+
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` is the first CUDA device when there is one, else the CPU."""
-    if name == "auto":
+    if name == DEFAULT_DEVICE:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type != "cuda":

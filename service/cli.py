@@ -482,6 +482,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 def build_parser() -> argparse.ArgumentParser:
     from afp.tune_job import DEFAULT_FOLD_RESTARTS, DEFAULT_FOLDS, DEFAULT_RESTARTS, DEFAULT_SEED, GRID_DEFAULTS
     from lm.config import ModelConfig, PrepareConfig, TrainConfig
+    from lm.device import DEFAULT_DEVICE
     from lm.jobs import TRAIN_MODEL_DEFAULTS
     from lm.model import DEFAULT_SCORE_ELEMENTS
 
@@ -493,9 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--interpolate", action="append", metavar="MODEL:W",
                        help="mix another model (a model directory or an ARPA n-gram) in at weight W, token by token "
                             "in probability space; repeatable; the --model one keeps 1 - sum W (still exact)")
-        p.add_argument("--device", default="auto",
-                       help="auto (cuda when there is a GPU, else cpu), cpu, cuda or cuda:N (default: auto, as for "
-                            "serve and train)")
+        p.add_argument("--device", default=DEFAULT_DEVICE,
+                       help=f"auto (cuda when there is a GPU, else cpu), cpu, cuda or cuda:N (default: {DEFAULT_DEVICE}, "
+                            f"as for serve and train)")
         p.add_argument("--threads", type=_positive, default=1, metavar="N",
                        help="CPU threads of each model call (default 1: the calls are small, and more threads than "
                             "free cores slow them down many times over; use --workers to rescore lattices in "
@@ -698,7 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("models", nargs="+", metavar="MODEL", help="model directories or ARPA files (.arpa, .arpa.gz)")
     p.add_argument("--text", required=True, metavar="FILE", help="held-out text, one sentence per line")
     p.add_argument("--out", required=True, metavar="DIR", help="the mixture directory to write")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--device", default=DEFAULT_DEVICE, help=f"auto, cpu, cuda or cuda:N (default: {DEFAULT_DEVICE})")
     p.add_argument("--threads", type=_positive, default=1, metavar="N", help="CPU threads of model calls (default 1)")
     _add_score_precision(p)
     p.set_defaults(func=cmd_mix)

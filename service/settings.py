@@ -50,6 +50,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.defaults import default_model_dir
+from lm.device import DEFAULT_DEVICE
 from lattices.rescore import DEFAULT_MAX_EXPANDED_ARCS, DEFAULT_TARGET_EXPANDED_ARCS, NO_TARGET
 
 
@@ -65,7 +66,7 @@ class Settings(BaseSettings):
     #: acausal window models as named features, NAME=DIR,NAME=DIR (afp rescore --feature); a request
     #: names which to use (its "features"; default all), never a path
     features: str | None = None
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     score_precision: Literal["auto", "fp32", "bf16"] = "auto"
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

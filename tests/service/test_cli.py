@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lm.checkpoint import load_checkpoint
 from lm.corpus import encode
@@ -108,18 +109,23 @@ def test_console_script_runs_from_stdin():
     assert row["words"] == ["YEAH", "I", "THINK", "SO"] and len(row["token_logprobs"]) == 5
 
 
-def test_every_command_that_loads_a_model_defaults_to_the_same_device_as_serve():
-    """One default everywhere: auto (CUDA when there is a GPU), as afp serve and afp train."""
+def test_every_command_that_loads_a_model_runs_on_a_gpu_when_there_is_one(monkeypatch):
+    """Every door's default device (lm.device.DEFAULT_DEVICE) resolves to CUDA when there is a GPU
+    and to the CPU otherwise, and a command's default scoring precision follows it (bf16 on CUDA,
+    fp32 on a CPU)."""
+    from lm.device import DEFAULT_DEVICE, resolve_device
+    from lm.output import resolve_score_precision
     from service.cli import build_parser
-    from service.settings import Settings
 
     parser = build_parser()
-    for argv in (["info"], ["ppl", "--text", "x"], ["score", "--text", "x"], ["rescore", "x"],
-                 ["tune", "--refs", "r", "x"], ["rescore-cuts", "--cuts", "c", "--out", "o"]):
-        args = parser.parse_args(argv)
-        assert args.device == "auto", argv
-        assert (args.score_precision or "auto") == "auto", argv
-    assert Settings().device == "auto" and Settings().score_precision == "auto"
+    for cuda in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        for argv in (["info"], ["ppl", "--text", "x"], ["score", "--text", "x"], ["rescore", "x"],
+                     ["tune", "--refs", "r", "x"], ["rescore-cuts", "--cuts", "c", "--out", "o"], ["serve"]):
+            args = parser.parse_args(argv)
+            device = resolve_device(args.device or DEFAULT_DEVICE)
+            assert device.type == ("cuda" if cuda else "cpu"), argv
+            assert resolve_score_precision(args.score_precision or "auto", device) == ("bf16" if cuda else "fp32")
 
 
 def test_serve_refuses_a_bad_weights_file_or_a_missing_old_lm_in_one_line(tmp_path, capsys):
