@@ -2,7 +2,6 @@
 ``afp mix`` compute (the command line parses its flags, calls one of these and prints)::
 
     from afp.scoring import ModelSpec
-from lm.device import DEFAULT_DEVICE
     from afp.text_jobs import model_info, perplexity
 
     spec = ModelSpec(device="cpu")
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from afp.scoring import ModelSpec
+from lm.device import DEFAULT_DEVICE
 
 if TYPE_CHECKING:
     from lm.scorer import TextScore
