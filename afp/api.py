@@ -23,6 +23,7 @@ from typing import Any
 from afp.jobs import Failure, iter_lattices, rescore_all
 from afp.mixtures import mixed_scorer
 from afp.scoring import load_extra_scorers
+from lattices.formats import AUTO as AUTO_FORMAT
 from afp.symbols import read_words_txt
 from lattices.formats import read_json_value
 from lattices.lattice import Lattice
@@ -119,7 +120,7 @@ class Model:
         ``{"ppl", "tokens", "sentences", "oov", "logprob"}``."""
         return text_score(self.scorer, _sentences(sentences))
 
-    def rescore(self, inputs: Input | Sequence[Input], *, format: str = "auto", words: str | Path | None = None,
+    def rescore(self, inputs: Input | Sequence[Input], *, format: str = AUTO_FORMAT, words: str | Path | None = None,
                 old_lm: str | Path | ContextScorer | None = None, workers: int = 1,
                 weights: str | Path | None = None, features: Mapping[str, Any] | None = None,
                 **options: Any) -> list[list[RescoreResult]]:

@@ -48,6 +48,7 @@ from typing import Any, TextIO
 
 from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.rescore_job import RescoreSetup
+from lattices.formats import AUTO as AUTO_FORMAT
 from lattices.times import DEFAULT_FRAME_SHIFT
 
 __all__ = ["OUTPUT_KINDS", "PARTIAL_DIR", "CorpusError", "CorpusInput", "CorpusJob", "CorpusSummary",
@@ -122,7 +123,7 @@ class CorpusJob:
     setup: RescoreSetup
     inputs: tuple[str, ...]
     out_dir: str
-    format: str = "auto"
+    format: str = AUTO_FORMAT
     job: int = 1
     num_jobs: int = 1
     force: bool = False

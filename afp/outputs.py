@@ -56,6 +56,7 @@ from typing import Protocol, TextIO
 from collections.abc import Callable
 
 from lattices.lattice import Lattice, LatticeFormatError
+from lattices.formats import AUTO as AUTO_FORMAT
 from lattices.rescore import DEFAULT_LM_WEIGHT, RescoreResult
 from lattices.times import DEFAULT_FRAME_SHIFT, NoWordTimes, path_word_times
 from lattices.formats import output_format
@@ -200,7 +201,7 @@ class LatticeWriter:
     ``input_format`` is the job's ``--format`` (``auto``: the format is the first lattice's);
     ``symbols`` the ``--words`` table, for the ids of Kaldi archives."""
 
-    def __init__(self, spec: WriteSpec, input_format: str = "auto", symbols: Sequence[str] | None = None) -> None:
+    def __init__(self, spec: WriteSpec, input_format: str = AUTO_FORMAT, symbols: Sequence[str] | None = None) -> None:
         self.check(spec, symbols)
         self.spec, self.input_format = spec, input_format
         self.symbols = tuple(symbols) if symbols is not None else None
@@ -324,7 +325,7 @@ class JobOutputs:
     stream that takes the result lines instead of standard output (a corpus job's per-input
     results file, :mod:`afp.corpus`)."""
 
-    def __init__(self, options: OutputOptions, *, input_format: str = "auto", lm_weights: Sequence[float] | None = None,
+    def __init__(self, options: OutputOptions, *, input_format: str = AUTO_FORMAT, lm_weights: Sequence[float] | None = None,
                  symbols: Sequence[str] | None = None, rank: int | None = None,
                  results_to: TextIO | None = None) -> None:
         self.options, self.input_format, self.symbols, self.rank = options, input_format, symbols, rank

@@ -25,6 +25,7 @@ from afp.batching import DEFAULT_BATCH_PAIRS
 from afp.jobs import Failure
 from afp.outputs import JobOutputs, OutputOptions
 from afp.scoring import ExtraScorers, ModelSpec, load_extra_scorers
+from lattices.formats import AUTO as AUTO_FORMAT
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, RescoreResult
 
@@ -102,7 +103,7 @@ class RescoreJob:
 
     setup: RescoreSetup
     inputs: tuple[str, ...]
-    format: str = "auto"
+    format: str = AUTO_FORMAT
     shard: str | None = None
     outputs: OutputOptions = field(default_factory=OutputOptions)
     workers: int = 1

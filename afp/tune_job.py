@@ -21,6 +21,7 @@ from typing import Any
 
 from afp.rescore_job import RescoreSetup
 from afp.tune import Grid, Tuner, joint_tune
+from lattices.formats import AUTO as AUTO_FORMAT
 
 __all__ = ["DEFAULT_FOLD_RESTARTS", "DEFAULT_FOLDS", "DEFAULT_RESTARTS", "DEFAULT_SEED", "GRID_DEFAULTS", "NothingSaved", "TuneJob",
            "TuneJobError", "comparison_text", "grid_report_lines", "joint_report_lines", "load_tuner", "parse_values",
@@ -86,7 +87,7 @@ class TuneJob:
     setup: RescoreSetup
     inputs: tuple[str, ...]
     refs: str
-    format: str = "auto"
+    format: str = AUTO_FORMAT
     tune_score_weights: str | None = None
     restarts: int = DEFAULT_RESTARTS
     folds: int = DEFAULT_FOLDS

@@ -520,9 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(default: {DEFAULT_SCORE_ELEMENTS})")
         p.set_defaults(func=func)
 
-    from lattices.formats import READ_FORMATS
+    from lattices.formats import AUTO as AUTO_FORMAT, READ_FORMATS
 
-    formats = ["auto", *READ_FORMATS]
+    formats = [AUTO_FORMAT, *READ_FORMATS]
     inputs_help = ("files (gzip or not), '-' for stdin, Kaldi specifiers ark:FILE, ark,t:FILE, ark:- and "
                    "'ark:COMMAND |', an ESPnet n-best directory (holding 1best_recog/ ... Nbest_recog/), or a directory "
                    "of lattice files (*.slf, *.lat...: a decoder's lattices)")
@@ -530,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     def with_inputs(p: argparse.ArgumentParser) -> None:
         with_model(p)
         p.add_argument("inputs", nargs="+", metavar="INPUT")
-        p.add_argument("--format", default="auto", choices=formats, help="input format (default auto: guessed)")
+        p.add_argument("--format", default=AUTO_FORMAT, choices=formats, help=f"input format (default {AUTO_FORMAT}: guessed)")
 
     p = sub.add_parser("rescore", help="rescore lattices or n-best lists exactly with an AFP model",
                        description=f"Rescore lattices exactly. INPUT: {inputs_help}.")

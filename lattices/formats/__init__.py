@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 FORMATS = ("kaldi", "htk", "k2", "openfst", "json")
 #: formats that can be read: :data:`FORMATS` and the n-best forms ("espnet-nbest" names a directory)
 READ_FORMATS = (*FORMATS, "pocketsphinx", "nbest-json", "srilm-nbest", "espnet-nbest")
+#: the format name that asks for the format to be guessed from the content: every reader's default
+AUTO = "auto"
 #: the file names a directory of lattices is read by (:func:`read_lattice_file`), each optionally + ``.gz``
 LATTICE_SUFFIXES = (".slf", ".lat", ".htk", ".fst", ".txt", ".json")
 #: formats whose content is text (an HTTP request's lattice is then a JSON string)
@@ -130,7 +132,7 @@ def _looks_like_srilm(head: str) -> bool:
     return looks_like_srilm_nbest([line for line in lines[:40] if line.strip()])
 
 
-def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] | None = None,
+def read_lattices(data: bytes | str, fmt: str = AUTO, symbols: Sequence[str] | None = None,
                   source: str | None = None, key: str | None = None, deadline: float | None = None,
                   keep: Callable[[], bool] | None = None,
                   on_error: Callable[[str, LatticeFormatError], None] | None = None) -> list[Lattice]:
@@ -147,7 +149,7 @@ def read_lattices(data: bytes | str, fmt: str = "auto", symbols: Sequence[str] |
     elsewhere a malformed input raises as without it.
     """
     data = maybe_gunzip(data, source)
-    if fmt == "auto":
+    if fmt == AUTO:
         fmt = guess_format(data)
     if keep is not None and fmt != "kaldi":  # only Kaldi archives skip lattices unparsed
         return [lattice for lattice in read_lattices(data, fmt, symbols, source, key, deadline) if keep()]
@@ -233,14 +235,14 @@ def guess_json_format(obj: Any) -> str:
     return "k2" if is_k2_json(obj) else "json"
 
 
-def read_json_value(obj: Any, fmt: str = "auto", symbols: Sequence[str] | None = None, source: str | None = None,
+def read_json_value(obj: Any, fmt: str = AUTO, symbols: Sequence[str] | None = None, source: str | None = None,
                     deadline: float | None = None) -> list[Lattice]:
     """The lattices of a parsed JSON value (what an HTTP client sends as ``lattice``): a JSON
     lattice, a list of them or ``{"lattices": [...]}`` (``"json"``); an n-best list or a list of
     them (``"nbest-json"``); a k2 dict in JSON form or a list of them (``"k2"``, keys
     ``lattice-0``, ``lattice-1``...); ``"auto"`` tells them apart (:func:`guess_json_format`).
     The one dispatcher of JSON input: :func:`read_lattices` parses JSON text and comes here."""
-    if fmt == "auto":
+    if fmt == AUTO:
         fmt = guess_json_format(obj)
     if fmt == "nbest-json":
         from lattices.formats.nbest import nbest_from_json
@@ -283,7 +285,7 @@ def _json_lattices(obj: Any, source: str | None, deadline: float | None) -> list
     return out
 
 
-def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str] | None = None,
+def read_lattice_file(path: str | Path, fmt: str = AUTO, symbols: Sequence[str] | None = None,
                       keep: Callable[[], bool] | None = None,
                       on_error: Callable[[str, LatticeFormatError], None] | None = None) -> list[Lattice]:
     """Read a lattice file (gzip or not), an ESPnet n-best folder (a directory with
@@ -314,7 +316,7 @@ def read_lattice_file(path: str | Path, fmt: str = "auto", symbols: Sequence[str
     if fmt == "espnet-nbest" or path.is_dir():
         from lattices.formats.nbest import read_espnet_nbest
 
-        if fmt not in ("auto", "espnet-nbest"):
+        if fmt not in (AUTO, "espnet-nbest"):
             raise LatticeFormatError(f"a directory is read as an ESPnet n-best directory, not {fmt}", source=str(path))
         lists = read_espnet_nbest(path)
         if not lists:
@@ -338,7 +340,7 @@ def output_format(fmt: str, first: Lattice | None) -> str:
         return "json"  # the lattice of an n-best list's hypotheses
     if fmt == "pocketsphinx":
         return "htk"
-    if fmt != "auto" or first is None:
+    if fmt != AUTO or first is None:
         return fmt
     meta = first.meta
     if "kaldi_type" in meta:
