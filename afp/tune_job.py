@@ -23,11 +23,13 @@ from afp.rescore_job import RescoreSetup
 from afp.tune import Grid, Tuner, joint_tune
 from lattices.formats import AUTO as AUTO_FORMAT
 
-__all__ = ["DEFAULT_FOLD_RESTARTS", "DEFAULT_FOLDS", "DEFAULT_RESTARTS", "DEFAULT_SEED", "GRID_DEFAULTS", "NothingSaved", "TuneJob",
+__all__ = ["DEFAULT_FOLD_RESTARTS", "DEFAULT_FOLDS", "DEFAULT_RESTARTS", "DEFAULT_SEED", "GRID_DEFAULTS", "GRID_TOP", "NothingSaved", "TuneJob",
            "TuneJobError", "comparison_text", "grid_report_lines", "joint_report_lines", "load_tuner", "parse_values",
            "run_tune_job"]
 
 #: a grid's values where its option is not given (``--lm-weights`` ...), as the options' texts
+#: a grid's rows ``afp tune`` prints, best first (``--top``)
+GRID_TOP = 15
 GRID_DEFAULTS = {"lm_weights": "0:1:0.1", "old_lm_weights": "0,0.5,1", "word_penalties": "0", "unk_penalties": "0"}
 #: the joint search's defaults, :func:`afp.tune.joint_tune`'s own: random restarts, cross-validation
 #: folds and each fold's own restarts, the seed of the restarts and the bootstrap
@@ -246,7 +248,7 @@ def joint_report_lines(report: dict[str, Any], baseline: str | None = None) -> l
     return lines
 
 
-def grid_report_lines(report: dict[str, Any], mbr: bool = False, top: int = 15) -> list[str]:
+def grid_report_lines(report: dict[str, Any], mbr: bool = False, top: int = GRID_TOP) -> list[str]:
     """A grid's report as ``afp tune --grid`` prints it: the ``top`` rows, best first, and the best point."""
 
     def flags(point: dict[str, Any]) -> str:

@@ -257,6 +257,10 @@ def collate_flat(ids: torch.Tensor, sizes: torch.Tensor) -> Batch:
     return Batch(padded[:, :-1].masked_fill(~real, 0), padded[:, 1:].contiguous(), lengths)
 
 
+#: batches whose sentences are sorted by length together (shuffled, padding kept small): the plan's default
+BUCKET = 50
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """One epoch's mini-batches for one rank, as sentence indices (no sentence is read yet).
@@ -287,7 +291,7 @@ def plan_batches(
     seed: int = 0,
     rank: int = 0,
     world_size: int = 1,
-    bucket: int = 50,
+    bucket: int = BUCKET,
     max_tokens: int | None = None,
 ) -> BatchPlan:
     """Group sentences into mini-batches from their lengths alone (see :func:`batches`).
@@ -393,7 +397,7 @@ def batches(
     seed: int = 0,
     rank: int = 0,
     world_size: int = 1,
-    bucket: int = 50,
+    bucket: int = BUCKET,
     max_tokens: int | None = None,
 ) -> Batches:
     """Mini-batches of ``batch_size`` sentences, or of at most ``max_tokens`` padded positions.

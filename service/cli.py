@@ -480,7 +480,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from afp.tune_job import DEFAULT_FOLD_RESTARTS, DEFAULT_FOLDS, DEFAULT_RESTARTS, DEFAULT_SEED, GRID_DEFAULTS
+    from afp.tune_job import DEFAULT_FOLD_RESTARTS, DEFAULT_FOLDS, DEFAULT_RESTARTS, DEFAULT_SEED, GRID_DEFAULTS, GRID_TOP
     from lm.config import ModelConfig, PrepareConfig, TrainConfig
     from lm.device import DEFAULT_DEVICE
     from lm.jobs import TRAIN_MODEL_DEFAULTS
@@ -581,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--" + name.replace("_", "-"), help=f"grid: {what} to try (default {GRID_DEFAULTS[name]})")
     p.add_argument("--mbr", action="store_true", help="grid: also evaluate MBR decoding at every grid point")
     p.add_argument("--plot", metavar="PNG", help="write WER against the LM weight")
-    p.add_argument("--top", type=int, default=15, help="grid rows to print (best first)")
+    p.add_argument("--top", type=int, default=GRID_TOP, help=f"grid rows to print (best first; default {GRID_TOP})")
     p.add_argument("--json", action="store_true",
                    help='one JSON object: {"best", "first_pass_wer", "oracle_wer", "grid": [...]}')
     p.set_defaults(func=cmd_tune)
@@ -634,7 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="worker threads per server process for request work")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
                    help="merge concurrent requests' scoring (default: $AFP_BATCHING, else on for CUDA, off on CPU)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    from service.startup import DEFAULT_LOG_LEVEL, LOG_LEVELS
+
+    p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, choices=LOG_LEVELS)
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from service.settings import Settings
 
-__all__ = ["SettingsError", "serve", "server_settings"]
+__all__ = ["DEFAULT_LOG_LEVEL", "LOG_LEVELS", "SettingsError", "serve", "server_settings"]
 
 
 class SettingsError(ValueError):
@@ -57,7 +57,12 @@ def server_settings(overrides: Mapping[str, Any]) -> Settings:
     return settings
 
 
-def serve(settings: Settings, log_level: str = "info", access_log: bool = True) -> None:
+#: uvicorn's log levels, least first; ``afp serve --log-level`` and :func:`serve`'s default
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+DEFAULT_LOG_LEVEL = "info"
+
+
+def serve(settings: Settings, log_level: str = DEFAULT_LOG_LEVEL, access_log: bool = True) -> None:
     """Run the server (uvicorn) until it is stopped; a graceful shutdown waits at most the
     request timeout. With more than one process (:meth:`Settings.process_count`), request work
     goes to worker processes (:mod:`service.pool`), and the Prometheus metrics are summed over
