@@ -188,6 +188,19 @@ class ProcessPool:
 
     # ------------------------------------------------------------------ the pool's thread
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as err:  # noqa: BLE001 - a bug here must not leave callers waiting forever
+            with self._lock:
+                self._failed = f"the pool's thread failed: {type(err).__name__}: {err}"
+                waiting = [future for future, _, _ in self._pending] + [s.task[0] for s in self._slots if s.task]
+                self._pending.clear()
+            for future in waiting:
+                if not future.done():
+                    future.set_exception(StartFailed(self._failed))
+            raise
+
+    def _serve(self) -> None:
         while True:
             with self._lock:
                 busy = any(slot.task is not None for slot in self._slots)
@@ -197,8 +210,8 @@ class ProcessPool:
             waits = [slot.conn for slot in self._slots] + [slot.process.sentinel for slot in self._slots]
             deadlines = [slot.task[1] for slot in self._slots if slot.task is not None and slot.task[1] is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            for ready in wait([*waits, self._wake_r], timeout):
-                if ready is self._wake_r:
+            if self._wake_r in wait([*waits, self._wake_r], timeout):
+                while self._wake_r.poll():  # every wake-up sent so far
                     self._wake_r.recv_bytes()
             for slot in list(self._slots):
                 self._tend(slot)
