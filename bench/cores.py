@@ -17,12 +17,15 @@ On the ``--dense`` densest lattices of all the sets (links per second of audio),
   processes at once (``--out-dir D --job i --num-jobs N``, what a user does by hand): walls, the
   speedups over one worker, the two results compared (words and scores), and the peak resident
   memory of every process of each run (sampled from /proc: the parent and each worker);
+* ``afp tune`` on the first set's tuning lattices with one worker and with N (its scoring pass in
+  worker processes): walls, the speedup and whether both chose the same point;
 * the server: ``afp serve --processes 1``, ``--processes N`` and N one-process servers side by
   side (the client spreads over them), each driven for ``--server-seconds`` by ``2 N`` clients
   posting those lattices: requests and links per second, latency p50 and p95.
 
-Writes ``bench/results/cores_<device>.json`` (the device named). Run it on a quiet machine: the
-ratios are what count, measured side by side in one run.
+Writes ``bench/results/cores_<device>.json`` (the device named; ``--skip PART...`` keeps those
+parts from the file as it was). Run it on a quiet machine: the ratios are what count, measured
+side by side in one run.
 """
 
 from __future__ import annotations
