@@ -5,8 +5,10 @@
 #   bash bench/books_large.sh            # prepare the shards if needed, train
 #   bash bench/books_large.sh --prepare-only   # the shards only
 #   MODEL=h512 bash bench/books_large.sh       # GRU-512 AFP-4 with an adaptive input (issue 49's CPU run)
-# The run's last state and its best weights, as kept across the sessions that trained it (bf16), are in
-# bench/results/books-large/carry and best (bench/carry.py packed and unpacked them: see the git history).
+# The GRU-256 run's last state and its best weights, as kept across the sessions that trained it (bf16), are in
+# bench/results/books-large/carry and best (the retired bench/carry.py packed them: see the git history). A run
+# still going is carried between sessions by `afp carry pack` into bench/results/books-large/carry-$MODEL (once a
+# session) and unpacked here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=../shared/data
