@@ -85,7 +85,9 @@ def _unpack_error(cls: type, args: tuple, state: dict) -> BaseException:
 
 
 def _worker(conn: Connection, initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    """A worker's life: the initializer, ``ready``, then one task at a time until the pipe closes."""
+    """A worker's life: the initializer, ``ready``, then one task at a time until the pipe closes.
+    Ctrl-C is the caller's to handle (it closes the pool): a worker ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         if initializer is not None:
             initializer(*initargs)
