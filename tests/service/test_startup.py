@@ -31,3 +31,19 @@ def test_every_path_is_checked_in_one_line(model_dir, tmp_path):
     with pytest.raises(ValueError, match="w.json: field lm_weight: expected a finite number"):
         server_settings({"model_dir": str(model_dir), "weights": str(weights)})
     assert issubclass(SettingsError, ValueError)
+
+
+def test_processes_auto_follows_the_device_and_a_bad_value_is_named(model_dir, capsys):
+    from afp.workers import available_cores
+    from service.cli import main
+    from service.settings import Settings
+
+    assert Settings(processes="auto").process_count("cpu") == available_cores()
+    assert Settings(processes="AUTO").process_count("cuda") == 1  # one process feeds a GPU, its scoring batched
+    assert Settings(processes=3).process_count("cuda") == 3
+    for bad in (0, -1, "many"):
+        with pytest.raises(ValueError, match=r"processes .*expected a positive integer or 'auto'"):
+            server_settings({"model_dir": str(model_dir), "processes": bad})
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", str(model_dir), "--processes", "0"])
+    assert "argument --processes: '0': expected a positive integer or 'auto'" in capsys.readouterr().err
