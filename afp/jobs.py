@@ -170,10 +170,7 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
     ``batch_pairs`` pairs, the server's batching. Each pair's score depends on its own context
     only, so the results are the same as one at a time (up to float rounding of a larger matmul).
     """
-    from tqdm import tqdm
-
-    show = sys.stderr.isatty() if progress is None else progress
-    stream = tqdm(lattices, desc="rescoring", unit="lattice", disable=not show)
+    stream = with_progress(lattices, progress)
     if workers <= 1:
         outcomes: Iterator[list[RescoreResult] | Failure] = (
             rescore_lattice(lattice, scorer, options, device, old_lm, features) for lattice in stream)
@@ -188,6 +185,14 @@ def rescore_all(lattices: Iterator[Lattice], scorer: ContextScorer, options: Res
         yield from warn_once(_in_order(stream, work, workers), warn, scorer)
     finally:
         batcher.close()
+
+
+def with_progress(lattices: Iterable[T], progress: bool | None, desc: str = "rescoring") -> Iterable[T]:
+    """``lattices`` with a progress bar on standard error (``progress`` None: when it is a terminal)."""
+    from tqdm import tqdm
+
+    show = sys.stderr.isatty() if progress is None else progress
+    return tqdm(lattices, desc=desc, unit="lattice") if show else lattices
 
 
 def rescore_lattice(lattice: Lattice, scorer: ContextScorer, options: RescoreOptions, device: str | None,
@@ -233,4 +238,4 @@ def warn_once(outcomes: Iterable[list[RescoreResult] | Failure], warn: Callable[
 
 
 __all__ = ["Failure", "InputSpec", "default_shard", "iter_lattices", "parse_shard", "rescore_all",
-           "rescore_lattice", "warn_once", "write_rescored"]
+           "rescore_lattice", "warn_once", "with_progress", "write_rescored"]

@@ -68,16 +68,17 @@ class RescoreSetup:
 
         return read_words_txt(self.words) if self.words else None
 
-    def rescore_options(self, unk_default: float = 0.0, **job_options: Any) -> RescoreOptions:
+    def rescore_options(self, unk_default: float = 0.0, *, tuned: Any = None, **job_options: Any) -> RescoreOptions:
         """The engine's options (:func:`afp.options.build_options`) from ``options``, the weights
         file and ``job_options``, what the job itself sets (``return_lattice=True`` when it writes
-        the rescored lattices; None: not set); ``unk_default``: the model's own unknown-word penalty.
+        the rescored lattices; None: not set); ``unk_default``: the model's own unknown-word penalty;
+        ``tuned``: the weights file as read already (None: read here).
         Raises :class:`afp.options.OptionsError` (a ``ValueError``) naming the options at fault."""
         from afp.options import OptionsError, OptionValueError, build_options
         from afp.weights import SETS
         from lattices.options import option_spec
 
-        weights = _read_weights(self.weights)
+        weights = tuned if tuned is not None else _read_weights(self.weights)
         try:
             return build_options({**self.options, **job_options}, weights=weights, unk_default=unk_default)
         except OptionsError as err:
@@ -140,10 +141,11 @@ class LoadedSetup:
         self.symbols = setup.symbols()
         self.loaded = setup.model.load()
         check_rescorable(self.loaded, setup.model.model)
-        self.options = setup.rescore_options(self.loaded.default_unk_penalty, return_lattice=return_lattice or None)
+        self.weights = _read_weights(setup.weights)  # read once: these options and the server's per request
+        self.options = setup.rescore_options(self.loaded.default_unk_penalty, tuned=self.weights,
+                                             return_lattice=return_lattice or None)
         self.scorer = setup.model.scorer(self.loaded)
         self.old_lm, self.features = setup.extra_scorers(self.loaded)
-        self.weights = _read_weights(setup.weights)  # the weights file's, for options built later (the server's)
         self.untuned = setup.untuned  # the untuned-weights warning is still to be given
         self._pool: Any = None
 
@@ -205,7 +207,7 @@ class LoadedSetup:
                  progress: bool | None = None) -> Iterator[list[RescoreResult] | Failure]:
         """:meth:`rescore_one` of every lattice, in input order, ``workers`` at a time; ``warn``
         is told each input warning once (:func:`afp.jobs.rescore_all`)."""
-        from afp.jobs import Failure, rescore_all, warn_once
+        from afp.jobs import Failure, rescore_all, warn_once, with_progress
 
         processes, lattices = self._worth_processes(lattices)
         if not processes:
@@ -214,18 +216,19 @@ class LoadedSetup:
                                    batch_pairs=self.batch_pairs,
                                    features=self.features)
             return
-        outcomes = self._processes().map("rescore", _progress(lattices, progress),
+        outcomes = self._processes().map("rescore", with_progress(lattices, progress),
                                          on_death=lambda lattice, reason: Failure(lattice.key, reason))
         yield from warn_once(outcomes, warn, self.scorer)
 
-    def scored(self, lattices: Iterable[Lattice], progress: bool | None = None) -> Iterator[ScoredLattice]:
+    def scored(self, lattices: Iterable[Lattice]) -> Iterator[ScoredLattice]:
         """:meth:`score_one` of every lattice, in input order, ``workers`` processes at a time on a
-        CPU (one at a time elsewhere); an error in any lattice is raised."""
+        CPU (one at a time elsewhere); an error in any lattice is raised. (A progress bar is the
+        caller's: :meth:`afp.tune.Tuner.add` draws one.)"""
         processes, lattices = self._worth_processes(lattices)
         if not processes:
-            yield from map(self.score_one, _progress(lattices, progress, "scoring"))
+            yield from map(self.score_one, lattices)
             return
-        yield from self._processes().map("score", _progress(lattices, progress, "scoring"))
+        yield from self._processes().map("score", lattices)
 
     def rescore_into(self, lattices: Iterable[Lattice], outputs: JobOutputs,
                      warn: Callable[[str], None] | None = None,
@@ -277,16 +280,6 @@ def _read_weights(path: str | None) -> Any:
     from afp.weights import TunedWeights
 
     return TunedWeights.read(path) if path else None
-
-
-def _progress(lattices: Iterable[Lattice], progress: bool | None, desc: str = "rescoring") -> Iterable[Lattice]:
-    """``lattices`` with a progress bar on standard error (None: when it is a terminal)."""
-    import sys
-
-    from tqdm import tqdm
-
-    show = sys.stderr.isatty() if progress is None else progress
-    return tqdm(lattices, desc=desc, unit="lattice", disable=not show) if show else lattices
 
 
 def run_rescore_job(job: RescoreJob, warn: Callable[[str], None] | None = None,

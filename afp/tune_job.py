@@ -146,8 +146,7 @@ def load_tuner(job: TuneJob, refs: dict[str, list[str]], progress: bool = False)
     with LoadedSetup(job.setup, workers=job.workers) as ready:
         tuner = Tuner(ready.scorer, ready.options, refs, device=ready.device, old_lm=ready.old_lm,
                       features=ready.features, mbr=job.mbr)
-        tuner.add(iter_lattices(list(job.inputs), job.format, ready.symbols), progress=progress,
-                  score=ready.scored if ready.uses_processes else None)
+        tuner.add(iter_lattices(list(job.inputs), job.format, ready.symbols), progress=progress, score=ready.scored)
     return tuner
 
 
