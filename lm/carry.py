@@ -33,7 +33,8 @@ from typing import Any
 import torch
 from safetensors.torch import load, load_file, save, save_file
 
-__all__ = ["CARRIED", "PIECE_BYTES", "CarryError", "pack", "unpack"]
+__all__ = ["CARRIED", "PIECE_BYTES", "CarryError", "digest", "fresh_folder", "pack", "put_in_place", "read_piece",
+           "unpack"]
 
 CARRIED = "CARRIED.json"
 WEIGHTS = "model.bf16.safetensors"
@@ -45,8 +46,39 @@ class CarryError(ValueError):
     """A carried state that is missing a piece, damaged, or a run that is already there."""
 
 
-def _sha256(data: bytes) -> str:
+def digest(data: bytes) -> str:
+    """The SHA-256 of ``data`` in hex: what a manifest records of each piece."""
     return hashlib.sha256(data).hexdigest()
+
+
+def read_piece(path: Path, sha256: str, manifest: str, error: type[ValueError] = CarryError) -> bytes:
+    """The bytes of the piece ``path``, checked against the ``sha256`` that ``manifest`` records;
+    ``error`` naming the file when it is missing or damaged."""
+    if not path.is_file():
+        raise error(f"{path}: missing piece (listed in {manifest})")
+    data = path.read_bytes()
+    if digest(data) != sha256:
+        raise error(f"{path}: damaged (its SHA-256 is not the one {manifest} records)")
+    return data
+
+
+def fresh_folder(final: Path) -> Path:
+    """An empty folder beside ``final`` to write into before :func:`put_in_place` (a leftover of
+    an interrupted write removed)."""
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def put_in_place(tmp: Path, final: Path) -> None:
+    """The whole folder ``tmp`` becomes ``final`` (what was there replaced)."""
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+def _cast(tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
 
 
 def pack(run: str | Path, carry: str | Path, piece_bytes: int = PIECE_BYTES) -> dict[str, Any]:
@@ -58,31 +90,33 @@ def pack(run: str | Path, carry: str | Path, piece_bytes: int = PIECE_BYTES) -> 
         raise CarryError(f"{source}: no resume state to pack (afp train saves it every --checkpoint-every-minutes)")
     if piece_bytes < 1:
         raise CarryError(f"piece_bytes must be positive, got {piece_bytes}")
-    tmp = carry.with_name(carry.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in _KEEP:
-        shutil.copy2(source / name, tmp / name)
-    if (run / "metrics.jsonl").is_file():
-        shutil.copy2(run / "metrics.jsonl", tmp / "metrics.jsonl")
-    weights = save({k: v.to(torch.bfloat16) if v.is_floating_point() else v
-                    for k, v in load_file(source / "model.safetensors").items()})
+    tmp = fresh_folder(carry)
+    _copy_state(source, run, tmp, tmp)
+    weights = save(_cast(load_file(source / "model.safetensors"), torch.bfloat16))
     pieces = []
     for index, start in enumerate(range(0, len(weights), piece_bytes)):
         chunk = weights[start:start + piece_bytes]
         name = f"{WEIGHTS}.{index:03d}"
         (tmp / name).write_bytes(chunk)
-        pieces.append({"name": name, "bytes": len(chunk), "sha256": _sha256(chunk)})
+        pieces.append({"name": name, "bytes": len(chunk), "sha256": digest(chunk)})
     generators = {k: v for k, v in load_file(source / "optimizer.safetensors").items() if k.startswith("rng.")}
     save_file(generators, tmp / "rng.safetensors")
     state = json.loads((source / "state.json").read_text(encoding="utf-8"))
     record = {"format": "afp-carry/1", "step": state["step"], "epoch": state["epoch"],
               "batches_done": state["batches_done"], "seconds": state["seconds"],
-              "weights": {"dtype": "bfloat16", "bytes": len(weights), "sha256": _sha256(weights), "pieces": pieces}}
+              "weights": {"dtype": "bfloat16", "bytes": len(weights), "sha256": digest(weights), "pieces": pieces}}
     (tmp / CARRIED).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    shutil.rmtree(carry, ignore_errors=True)
-    tmp.rename(carry)
+    put_in_place(tmp, carry)
     return record
+
+
+def _copy_state(source: Path, run: Path, to: Path, metrics_to: Path) -> None:
+    """The resume state's own files (:data:`_KEEP`) from ``source`` into ``to``, and the run's
+    ``metrics.jsonl`` (in ``run``) into ``metrics_to`` when there is one."""
+    for name in _KEEP:
+        shutil.copy2(source / name, to / name)
+    if (run / "metrics.jsonl").is_file():
+        shutil.copy2(run / "metrics.jsonl", metrics_to / "metrics.jsonl")
 
 
 def unpack(carry: str | Path, run: str | Path) -> dict[str, Any]:
@@ -96,27 +130,13 @@ def unpack(carry: str | Path, run: str | Path) -> dict[str, Any]:
     target = run / "resume"
     if (target / "state.json").is_file():
         raise CarryError(f"{target}: a resume state is there already (remove it to unpack {carry})")
-    parts = []
-    for piece in record["weights"]["pieces"]:
-        path = carry / piece["name"]
-        if not path.is_file():
-            raise CarryError(f"{path}: missing piece of the carried weights")
-        data = path.read_bytes()
-        if _sha256(data) != piece["sha256"]:
-            raise CarryError(f"{path}: damaged (its SHA-256 is not the one {CARRIED} records)")
-        parts.append(data)
-    weights = b"".join(parts)
-    if _sha256(weights) != record["weights"]["sha256"]:
+    weights = b"".join(read_piece(carry / piece["name"], piece["sha256"], CARRIED)
+                       for piece in record["weights"]["pieces"])
+    if digest(weights) != record["weights"]["sha256"]:
         raise CarryError(f"{carry}: the joined weights do not match {CARRIED}'s SHA-256")
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in _KEEP:
-        shutil.copy2(carry / name, tmp / name)
-    save_file({k: v.to(torch.float32) if v.is_floating_point() else v for k, v in load(weights).items()},
-              tmp / "model.safetensors")
+    tmp = fresh_folder(target)
+    _copy_state(carry, carry, tmp, run)
+    save_file(_cast(load(weights), torch.float32), tmp / "model.safetensors")
     shutil.copy2(carry / "rng.safetensors", tmp / "optimizer.safetensors")  # no moments: Adam restarts them
-    if (carry / "metrics.jsonl").is_file():
-        shutil.copy2(carry / "metrics.jsonl", run / "metrics.jsonl")
     tmp.rename(target)
     return record

@@ -18,7 +18,6 @@ resume positions).
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from lm.carry import digest, fresh_folder, put_in_place, read_piece
 from lm.shards import META, OFFSET_DTYPE, OOV_ID, TOKEN_DTYPE, VOCAB, open_prepared
 
 __all__ = ["PIECES", "PIECE_BYTES", "PiecesError", "pack", "unpack"]
@@ -44,9 +44,7 @@ def pack(prepared: str | Path, out: str | Path, piece_bytes: int = PIECE_BYTES) 
     """Pack the prepared directory ``prepared`` into ``out`` (replaced whole); returns the record."""
     data = open_prepared(prepared)
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = fresh_folder(out)
     shutil.copy2(data.directory / VOCAB, tmp / VOCAB)
     wide = data.vocab.size >= np.iinfo(np.uint16).max
     pieces: list[dict[str, Any]] = []
@@ -57,8 +55,7 @@ def pack(prepared: str | Path, out: str | Path, piece_bytes: int = PIECE_BYTES) 
                 first = _write_pieces(tmp, split, shard, first, piece_bytes, wide, pieces)
     record = {"format": "afp-corpus-pieces/1", "meta": data.meta, "pieces": pieces}
     (tmp / PIECES).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    put_in_place(tmp, out)
     return record
 
 
@@ -87,7 +84,7 @@ def _write_pieces(out: Path, split: str, shard: Any, first: int, piece_bytes: in
     (out / name).write_bytes(blob)
     pieces.append({"name": name, "split": split, "sentences": last - first, "words": end - start,
                    "oov": int(np.count_nonzero(ids == OOV_ID)), "bytes": len(blob),
-                   "sha256": hashlib.sha256(blob).hexdigest()})
+                   "sha256": digest(blob)})
     return last
 
 
@@ -105,12 +102,7 @@ def unpack(pieces_dir: str | Path, out: str | Path) -> dict[str, Any]:
     meta = json.loads(json.dumps(record["meta"]))
     shards: dict[str, list[dict[str, Any]]] = {split: [] for split in meta["splits"]}
     for piece in record["pieces"]:
-        path = pieces_dir / piece["name"]
-        if not path.is_file():
-            raise PiecesError(f"{path}: missing piece of the corpus ({len(record['pieces'])} in {PIECES})")
-        blob = path.read_bytes()
-        if hashlib.sha256(blob).hexdigest() != piece["sha256"]:
-            raise PiecesError(f"{path}: damaged (its SHA-256 is not the one {PIECES} records)")
+        blob = read_piece(pieces_dir / piece["name"], piece["sha256"], PIECES, PiecesError)
         with np.load(io.BytesIO(blob)) as arrays:
             tokens, lengths = arrays["tokens"], arrays["lengths"]
         ids = tokens.astype(TOKEN_DTYPE)
