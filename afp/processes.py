@@ -21,7 +21,6 @@ fails makes every task fail with its error instead of being restarted without en
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
 import signal
 import threading
@@ -295,7 +294,3 @@ class ProcessPool:
             except (BrokenPipeError, OSError):
                 pass  # it died: _tend finds it and fails the task with WorkerDied
 
-
-def worker_pid() -> int:
-    """This process's id (a task that says which worker ran it, for tests)."""
-    return os.getpid()
