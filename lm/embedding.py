@@ -53,5 +53,5 @@ class AdaptiveEmbedding(nn.Module):
             vectors = self.tables[i](flat[rows] - lo)
             if i:
                 vectors = self.projections[i - 1](vectors)
-            out = out.index_copy(0, rows, vectors.to(out.dtype))
+            out.index_copy_(0, rows, vectors.to(out.dtype))
         return out.view(*ids.shape, self.dim)
