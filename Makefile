@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 EXAMPLE_TEXT := examples/conversation.txt
 
-.PHONY: install run demo test bench-ptb bench-rescoring bench-load bench-report docs clean
+.PHONY: install run demo test bench-cores bench-report docs clean
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -51,14 +51,9 @@ docker-check: install
 	$(BIN)/python docker/check.py
 
 # Benchmarks (long; run by hand, never by CI). Results go to bench/results/.
-bench-ptb: install
-	$(BIN)/python -m bench.paper_reproduction --dataset ptb
-
-bench-rescoring: install
-	$(BIN)/python -m bench.rescoring_speed
-
-bench-load: install
-	$(BIN)/python -m bench.load_test
+# The cost per link, every core from one command and the server (needs the PocketSphinx sets: docs/benchmarks.md).
+bench-cores: install
+	$(BIN)/python -m bench.cores --sets runs/pocketsphinx/dev_clean runs/pocketsphinx/dev_other runs/pocketsphinx/dense_other
 
 bench-report: install
 	$(BIN)/python -m bench.report

@@ -20,7 +20,7 @@ Given the set's ``inputs``, each is prepared and scored again under those option
 does (a dense lattice is pruned to its budget under the applied weights), and timed.
 
 A Python caller gets from one call what the benchmarks of LibriSpeech n-best lists and
-PocketSphinx lattices report (``bench.wer``, ``bench.pocketsphinx_wer_table``).
+PocketSphinx lattices report (``bench.pocketsphinx_wer_table``, and the retired ``bench.wer``).
 """
 
 from __future__ import annotations

@@ -109,13 +109,6 @@ def save_figure(fig: Any, path: Path) -> None:
     pyplot().close(fig)
 
 
-def bundled_afp(name: str) -> Path:
-    """The bundled neural model ``models/<name>``: its ``afp/`` part when that is a mixture
-    (``bench.bundle_mixtures``), else the model directory itself."""
-    directory = REPO_ROOT / "models" / name
-    return directory / "afp" if (directory / "mixture.json").is_file() else directory
-
-
 #: 1-based line ranges of the books of ``books/valid.txt`` the LibriSpeech mixtures use: Little Men
 #: (held-out text for mixture weights) and The Portrait of a Lady (the clean evaluation book: the
 #: Sherlock Holmes stories between them are partly inside books-large)

@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO_ROOT, RESULTS, environment, python_path, write_json
-from bench.tune_speed import audio_seconds, lattices_of, tune
 
 LINKS = re.compile(rb"^N=\s*\d+\s+L=\s*(\d+)", re.M)
 
@@ -127,6 +126,30 @@ def run_afp(*argv: str, parallel: int = 1) -> dict[str, Any]:
             "peak_per_process_mib": sorted((p for u in used for p in u["peak_per_process_mib"]), reverse=True)}
 
 
+def lattices_of(set_dir: Path, limit: int | None) -> list[Path]:
+    """The first ``limit`` (all: None) lattices of a set of ``bench.pocketsphinx_set``, in key order."""
+    files = sorted((set_dir / "lattices").glob("*.slf"))
+    if not files:
+        raise SystemExit(f"no lattices in {set_dir / 'lattices'}: build the set first (python -m bench.pocketsphinx_set)")
+    return files[:limit] if limit else files
+
+
+def audio_seconds(set_dir: Path, lattices: list[Path]) -> float:
+    """The audio behind ``lattices`` (the set's ``set.json``), for the real-time factor."""
+    seconds = {u["key"]: u["audio_seconds"] for u in json.loads((set_dir / "set.json").read_text())["utterances"]}
+    return sum(seconds[p.name.removesuffix(".slf")] for p in lattices)
+
+
+def tune(model: Path, refs: Path, lattices: list[Path], save: Path, workers: int) -> dict[str, Any]:
+    """``afp tune --save SAVE --workers N`` timed: wall and search seconds, peak memory, the tuned
+    WER and the chosen point."""
+    done = run_afp("tune", "--model", str(model), "--refs", str(refs), "--save", str(save), "--json",
+                   "--workers", str(workers), *map(str, lattices))
+    report = json.loads(done["out"])
+    return {"wall_s": done["wall_s"], "search_s": round(report["seconds"], 2), "peak_rss_mib": done["peak_total_mib"],
+            "tuned_wer": report["best"]["wer"], "chosen": report["chosen"]["point"]}
+
+
 def one_thread(model: Path, weights: Path, lattices: list[Path], audio: float) -> dict[str, Any]:
     links = sum(map(links_of, lattices))
     done = run_afp("rescore", "--model", str(model), "--weights", str(weights), "--workers", "1", "--threads", "1",
@@ -174,9 +197,7 @@ def tune_side_by_side(model: Path, refs: Path, lattices: list[Path], workers: in
     runs: dict[str, list[dict[str, Any]]] = {"workers_1": [], f"workers_{workers}": []}
     for _ in range(rounds):
         for name, count in (("workers_1", 1), (f"workers_{workers}", workers)):
-            started = time.perf_counter()
-            done = tune(REPO_ROOT, model, refs, lattices, work / f"tune-{name}.json", "--workers", str(count))
-            runs[name].append({**done, "wall_s": round(time.perf_counter() - started, 2)})
+            runs[name].append(tune(model, refs, lattices, work / f"tune-{name}.json", count))
     report: dict[str, Any] = {"lattices": len(lattices), "rounds": rounds}
     for name, done in runs.items():
         report[name] = {"wall_s": min(run["wall_s"] for run in done), "walls_s": [run["wall_s"] for run in done],
@@ -292,10 +313,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             name = set_dir.name
             refs, files = set_dir / "ref.trn", lattices_of(set_dir, args.limit)
             weights = work / f"{name}.weights.json"
-            started = time.perf_counter()
-            tuned = tune(REPO_ROOT, args.model, refs, lattices_of(set_dir, args.tune_limit), weights,
-                         "--workers", str(args.workers))
-            entry: dict[str, Any] = {"tune": {**tuned, "wall_s": round(time.perf_counter() - started, 2)}}
+            entry: dict[str, Any] = {"tune": tune(args.model, refs, lattices_of(set_dir, args.tune_limit), weights,
+                                                  args.workers)}
             if "one-thread" not in args.skip:
                 entry["one_thread"] = one_thread(args.model, weights, files, audio_seconds(set_dir, files))
             elif "one_thread" in earlier.get("sets", {}).get(name, {}):

@@ -25,7 +25,7 @@ the first ``--limit`` of the other, both ways. The systems (``--systems`` names,
 ``lattice-gru-rho4``       exact lattice rescoring with the GRU's AFP twin
                            ``bench/results/books-pair/gru-h256-rho4`` (same recipe, rho 4)
 ``lattice-mixture-acausal``  the mixture plus the acausal window feature (``acausal``: the books
-                           window model rho 4, K = 2 of bench/acausal_train.sh, kept in
+                           window model rho 4, K = 2 (trained by bench/acausal_train.sh, retired at 1dd5a7e), kept in
                            ``bench/results/acausal/carry/books-window-rho4-k2``)
 =========================  =====================================================================
 
@@ -137,7 +137,7 @@ def default_systems() -> list[System]:
         System("lattice-mixture", "exact lattice, mixture (AFP + 4-gram)", "lattice", MODELS),
         System("lattice-gru-rho4", "exact lattice, GRU's AFP-4 twin", "lattice", twin, absent=BOOKS_PAIR_ABSENT),
         System("lattice-mixture-acausal", "exact lattice, mixture + acausal window", "lattice", MODELS,
-               feature=WINDOW, absent="not available (no LibriSpeech-domain window model: bash bench/acausal_train.sh books)"),
+               feature=WINDOW, absent=f"not available (no window model in {WINDOW})"),
     ]
 
 

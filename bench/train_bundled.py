@@ -74,7 +74,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "candidates": {
             "gru-h256-rho4": {"cell": "gru", "hidden": 256, "mode": "afp", "rho": 4, "dropout": 0.1,
                               "softmax": "adaptive"},
-            # icefall-style baseline for bench.wer: the same network with the full recurrence
+            # icefall-style baseline (the retired bench.wer's): the same network with the full recurrence
             "gru-h256-exact": {"cell": "gru", "hidden": 256, "mode": "exact", "dropout": 0.1,
                                "softmax": "adaptive", "baseline": True},
         },

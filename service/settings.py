@@ -26,7 +26,7 @@ Every limit has a safe default; ``afp serve`` flags override the environment.
   AFP_MAX_SENTENCE_WORDS   most words in one sentence of a perplexity request (422 above)
   AFP_REQUEST_TIMEOUT_S    a request taking longer gets 503
   AFP_BATCHING             merge concurrent requests' scoring work: true, false, or unset for auto
-                           (on for CUDA, off on CPU, where bench/load_test.py measured it slower)
+                           (on for CUDA, off on CPU, where it measured slower: bench/results/load_cpu.json)
   AFP_BATCH_MAX_WAIT_MS    how long the batcher waits for more work
   AFP_BATCH_MAX_PAIRS      most (context, word) pairs in one merged batch
   AFP_WORKERS              threads per server process doing request work (parsing, expansion,

@@ -3,14 +3,14 @@
   python -m bench.report          # rewrite bench/results/README.md
   python -m bench.report --check  # exit 1 when the README is out of date with the JSON
 
-Every table names the device and the command that measured it; a benchmark whose JSON is
-absent is listed as not run, except training throughput, training at scale, tuning speed and a corpus job
-(run by hand on demand), whose sections appear only once their JSON exists. Incomplete training
-runs are marked with their epoch count.
+Every table names the device and the command that measured it; a section whose JSON is absent
+is left out (the bundled models' say "Not run yet.").
 
-The sections live in modules by theme (:mod:`bench.report.training`, ``.rescoring``, ``.espnet``,
-``.ngrams``, ``.pocketsphinx``) on the helpers of :mod:`bench.report.common`; :data:`SECTIONS`
-puts them in the README's order.
+The sections of the benchmarks in ``bench/`` live in modules by theme (:mod:`bench.report.models`,
+``.pocketsphinx``, ``.rescoring``) on the helpers of :mod:`bench.report.common`; :data:`SECTIONS`
+puts them in the README's order. The sections of retired studies (their scripts removed once their
+question was answered) are frozen Markdown, :data:`RETIRED` (``bench/results/retired.md``),
+appended unchanged: each heading names the commit that last ran its study, where its code is.
 """
 
 from __future__ import annotations
@@ -21,22 +21,17 @@ from pathlib import Path
 
 from bench.common import RESULTS
 from bench.report.common import Section
-from bench.report.espnet import acausal, tune_transfer, untuned_defaults, wer, wer_models
-from bench.report.ngrams import bundled_mixtures, ngrams
-from bench.report.pocketsphinx import pocketsphinx_rescore, pocketsphinx_sets, pocketsphinx_speed, \
-    pocketsphinx_wer_table, rho_sweep, tune_speed
-from bench.report.rescoring import cores, corpus_rescore, load_test, merged_rescoring, rescoring
-from bench.report.training import bundled, conversational, epoch_timing, reproduction, softmax_wikitext, \
-    train_scale, train_throughput
+from bench.report.models import bundled, bundled_mixtures, train_throughput
+from bench.report.pocketsphinx import pocketsphinx_sets, pocketsphinx_wer_table
+from bench.report.rescoring import cores
 
-__all__ = ["SECTIONS", "Section", "main", "render"]
+__all__ = ["RETIRED", "SECTIONS", "Section", "main", "render"]
 
-SECTIONS: tuple[Section, ...] = (reproduction, bundled, epoch_timing, train_throughput, train_scale,
-                                 softmax_wikitext, rescoring,
-                                 merged_rescoring, load_test, wer,
-                                 tune_transfer, untuned_defaults, acausal, wer_models, ngrams, bundled_mixtures,
-                                 conversational, pocketsphinx_sets, pocketsphinx_rescore, pocketsphinx_speed,
-                                 pocketsphinx_wer_table, rho_sweep, tune_speed, corpus_rescore, cores)
+SECTIONS: tuple[Section, ...] = (bundled, train_throughput, bundled_mixtures, pocketsphinx_sets,
+                                 pocketsphinx_wer_table, cores)
+
+#: the retired studies' sections, frozen (its first lines, an HTML comment, are not shown)
+RETIRED = "retired.md"
 
 
 def render(results: Path = RESULTS) -> str:
@@ -47,6 +42,12 @@ def render(results: Path = RESULTS) -> str:
              "compare them only as ratios within one run.", ""]
     for section in SECTIONS:
         lines += section(results)
+    retired = results / RETIRED
+    if retired.is_file():
+        text = retired.read_text(encoding="utf-8")
+        lines += ["# Retired studies", "",
+                  "Their scripts are gone; each heading names the commit that last ran it, where its code is.", "",
+                  text[text.index("-->") + 3:].strip() if text.startswith("<!--") else text.strip()]
     return "\n".join(lines).rstrip() + "\n"
 
 

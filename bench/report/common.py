@@ -15,22 +15,6 @@ from typing import Any
 #: a section of the report: the results directory -> its Markdown lines, each without a newline
 Section = Callable[[Path], list[str]]
 
-#: the retired benchmarks (``bench/<name>.py`` removed once its question was answered; its results
-#: stay here and its section still renders them): the commit that last wrote each one's results
-RETIRED = {"epoch_timing": "3d7cd2d", "train_scale": "8ac23dd", "softmax_wikitext": "cfdc271",
-           "conversational_eval": "43fe3f8", "merged_rescoring": "8ac23dd", "tune_transfer": "e888c5a",
-           "untuned_defaults": "593430d", "acausal": "7004ce2", "wer_models": "f4e36d3", "ngram_speed": "43fe3f8",
-           "ngram_prune": "942f19e", "rho_sweep": "4519f3d",
-           "pocketsphinx_rescore": "4519f3d"}
-
-
-def by(script: str) -> str:
-    """A section heading's source, `` (`python -m bench.SCRIPT`)``; for a :data:`RETIRED` one
-    `` (`python -m bench.SCRIPT`, retired: last run at commit C)``."""
-    retired = f", retired: last run at commit {RETIRED[script]}" if script in RETIRED else ""
-    return f" (`python -m bench.{script}`{retired})"
-
-
 def load_json(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``, or None when there is no such file."""
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

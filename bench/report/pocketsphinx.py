@@ -1,12 +1,11 @@
-"""Sections on PocketSphinx lattices: the decoder's sets, exact rescoring step by step, the WER
-table of every system, and which rho and target size to rescore with."""
+"""Sections on PocketSphinx lattices: the decoder's sets and the WER table of every system."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from bench.report.common import by, load_json, plot_link, table, where
+from bench.report.common import load_json, plot_link, table, where
 
 
 def _against(c: dict[str, Any] | None) -> str:
@@ -60,70 +59,6 @@ def _nbest_oracle(wer: dict[str, Any]) -> tuple[int, float] | None:
                 None)
 
 
-#: the steps of ``bench.pocketsphinx_rescore``'s speed table, in order (``totals`` keys ``STEP_seconds``; ``read``)
-_RESCORE_STEPS = ("read", "determinize", "minimize", "fit", "expand", "score", "search")
-
-
-def pocketsphinx_rescore(results: Path) -> list[str]:
-    """``pocketsphinx_rescore.json``: per target_expanded_arcs value, the time of every step of
-    rescoring each PocketSphinx set and the WER tuned on one set, applied to the other; nothing
-    when absent or in the older format (``budgets`` in place of ``targets``)."""
-    return _rescore_section(results, "pocketsphinx_rescore.json",
-                            "Exact rescoring of PocketSphinx lattices: time per step and WER")
-
-
-def pocketsphinx_speed(results: Path) -> list[str]:
-    """``pocketsphinx_speed.json``: the same speed table from a run on a quiet machine (its
-    ``machine`` note says what else ran); nothing when absent or in the older format."""
-    return _rescore_section(results, "pocketsphinx_speed.json",
-                            "Exact rescoring of PocketSphinx lattices: speed on a quiet machine")
-
-
-def _rescore_section(results: Path, name: str, title: str) -> list[str]:
-    """A section of ``bench.pocketsphinx_rescore``'s output file ``name``, headed ``title``."""
-    data = load_json(results / name)
-    if not data or not isinstance(data.get("targets"), dict):
-        return []
-    known = load_json(results / "pocketsphinx_sets.json") or {}
-    speed, wer, real = [], [], set()
-    for target, entry in sorted(data["targets"].items(), key=lambda kv: int(kv[0])):
-        for name, run in entry["speed"].items():
-            totals, audio, n = run["totals"], run["audio_seconds"], run["utterances"]
-            if not known.get(name, {}).get("synthetic", True):
-                real.add(name)
-            steps = (totals.get(f"{k}_seconds", totals.get(k, 0.0)) / audio for k in _RESCORE_STEPS)
-            speed.append([f"{int(target):,}", name, n, *(f"{v:.3f}" for v in steps),
-                          f"{run['rtf_rescoring']:.3f}", f"{run['rtf_decoding']:.3f}",
-                          f"{totals['expanded_arcs'] / n:,.0f}", f"{totals['contexts'] / n:,.0f}",
-                          f"{run['oracle_wer_rescored']:.2f} ({run['oracle_wer_input']:.2f})",
-                          f"{entry['peak_memory_mib']:.0f}" if "peak_memory_mib" in entry else "-"])
-        for direction, r in entry.get("wer", {}).items():
-            if "rescored_wer" not in r:  # the joint search kept the decoder's 1-best on the tuning set
-                wer.append([f"{int(target):,}", direction, "-", "-", "no weights better than the decoder's 1-best",
-                            "-"])
-                continue
-            wer.append([f"{int(target):,}", direction, f"{r['decoder_wer']:.2f}", f"{r['rescored_wer']:.2f}",
-                        _against(r.get("against_decoder")), _weights(r.get("tune", {}).get("chosen", {}).get("point"))])
-    lines = [f"## {title}" + by("pocketsphinx_rescore"), "",
-             f"`{data['command'].strip()}`: model `{data['model']}` (loaded in {data['model_load_seconds']:.1f} s), "
-             f"{where(data)}" + (f" ({data['machine']})" if data.get("machine") else "")
-             + f"; the audio is {data['audio']}"
-             + (f", except {', '.join(sorted(real))} (real speech)" if real else "")
-             + ". Each step in seconds per audio second, summed over the set (read: the SLF file; determinize, "
-             "minimize, fit: the reduction before expansion); RTF: rescoring's and the decoder's; arcs and contexts: "
-             "of the expansion, per utterance; oracle: the lattice oracle WER of the lattice rescored (of the input); "
-             "peak: the process's resident memory after rescoring, before tuning"
-             + plot_link(results, "pocketsphinx_rescore.png") + ".", "",
-             *table(["target arcs", "set", "utterances", *_RESCORE_STEPS, "RTF rescoring", "RTF decoding",
-                     "expanded arcs/utt", "contexts/utt", "oracle WER kept (input)", "peak MiB"], speed)]
-    if wer:
-        lines += ["Weights tuned by afp tune's joint search on one set and applied to the other, WER in percent; "
-                  "difference: rescored minus the decoder's 1-best, matched-pairs p and bootstrap 95% interval.", "",
-                  *table(["target arcs", "tuned / applied", "decoder 1-best", "rescored", "vs decoder 1-best",
-                          "weights"], wer)]
-    return lines
-
-
 def pocketsphinx_wer_table(results: Path) -> list[str]:
     """``pocketsphinx_wer_table.json``: each system tuned on one PocketSphinx dev set and applied
     to the other, against the decoder's 1-best and 50-best rescoring; nothing when absent."""
@@ -170,116 +105,3 @@ def pocketsphinx_wer_table(results: Path) -> list[str]:
         lines += ["Not in the table: " + "; ".join(f"{n} ({systems.get(n, {}).get('label', n)}): {why}"
                                                    for n, why in data["unavailable"].items()) + ".", ""]
     return lines
-
-
-def _count(value: int | None) -> str:
-    """``1,000``, or ``?`` for a count a model's config does not record."""
-    return "?" if value is None else f"{value:,}"
-
-
-def _percent(value: float | None) -> str:
-    """A WER with two decimals, ``-`` when there is none (the joint search kept the decoder's 1-best)."""
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _rho_models(models: dict[str, Any]) -> str:
-    """The models of ``rho_sweep.json`` in a sentence: each one's path, rho and books/ validation
-    perplexity, the weights they all start from and how long each was trained on."""
-    trainings = [m["training"] for m in models.values()]
-    steps = {t["steps"] for t in trainings}
-    each = "; ".join(f"{name} `{m['path']}` (rho {m['rho']}, "
-                     + ("" if len(steps) == 1 else f"{_count(m['training']['steps'])} steps, ")
-                     + f"best books/ valid ppl {_percent(m['training']['best_valid_ppl'])})"
-                     for name, m in models.items())
-    start = ", ".join(dict.fromkeys(f"`{t['init_from']}` ({_count(t['init_steps'])} steps)" for t in trainings))
-    length = f"{_count(next(iter(steps)))} steps" if len(steps) == 1 else "the steps shown"
-    return (f"{each}; each fine-tuned on books/ at its rho from the shipped AFP-4 weights {start} for {length}, so "
-            "they differ only in rho")
-
-
-def rho_sweep(results: Path) -> list[str]:
-    """``rho_sweep.json``: per model of ``bench/rho_finetune.sh`` (the same fine-tuning at rho 2, 3
-    and 4) and per target size, the expansion, the lattice oracle kept, the WER tuned on one dev
-    set and applied to the other, speed and memory; nothing when absent."""
-    data = load_json(results / "rho_sweep.json")
-    if not data or not data.get("models"):
-        return []
-    models = data["models"]
-    directions = list(dict.fromkeys(d for m in models.values() for r in m["targets"].values() for d in r["wer"]))
-    rows = []
-    for name, model in models.items():
-        for target, r in sorted(model["targets"].items(), key=lambda kv: int(kv[0])):
-            rows.append([name, model["rho"], f"{model['ppl']:.2f}", f"{int(target):,}",
-                         f"{r['expanded_arcs_per_utt']:,.0f}", f"{r['oracle_wer_kept']:.2f}",
-                         *(_percent(r["wer"].get(d)) for d in directions), _percent(r["wer_both"]),
-                         _percent(r["decoder_wer_both"]), f"{r['rtf']:.3f}",
-                         "-" if r.get("peak_memory_mib") is None else f"{r['peak_memory_mib']:.0f}"])
-    return ["## Which rho and which target for PocketSphinx lattices?" + by("rho_sweep"), "",
-            f"`{data['command'].strip()}`: the audio is {data['audio']}; the first {data['limit']} utterances of each "
-            f"PocketSphinx dev set. Models: {_rho_models(models)}. The AFP model alone rescores (a mixture with the "
-            "4-gram would expand to order 4 whatever the rho). Portrait ppl: perplexity on The Portrait of a Lady "
-            "(the clean held-out book); target: the expansion's target arcs per lattice; oracle: the lattice oracle "
-            "WER of the lattices rescored. WER in percent, tuned by afp tune's joint search on one set and applied "
-            "to the other (`-`: the search kept the decoder's 1-best); both: the two applied sets together, against "
-            f"the decoder's 1-best on the same words. RTF: rescoring's seconds per audio second, {where(data)}, on a "
-            "loaded machine: compare within this table; peak: the process's resident memory after rescoring, before "
-            "tuning" + plot_link(results, "rho_sweep.png") + "."
-            + "".join(f" {note}" for note in data.get("notes", [])), "",
-            *table(["model", "rho", "Portrait ppl", "target arcs", "expanded arcs/utt", "oracle WER kept",
-                    *(f"WER {d}" for d in directions), "WER both", "decoder WER both", "RTF", "peak MiB"], rows)]
-
-
-def tune_speed(results: Path) -> list[str]:
-    """``tune_speed.json`` (and ``tune_speed_gpu.json``, the same run on a GPU machine):
-    ``afp tune`` against ``afp rescore --weights`` on the same lattices, before and after a change,
-    what the restarts and folds buy, and the rescoring runs' real-time factors; nothing when absent."""
-    sections = [_tune_speed(data) for data in (load_json(results / f) for f in ("tune_speed.json", "tune_speed_gpu.json"))
-                if data]
-    return [line for section in sections for line in section]
-
-
-def _tune_speed(data: dict[str, Any]) -> list[str]:
-    rows, rescoring = [], []
-    for name, entry in data["sets"].items():
-        rescore = entry["rescore_same"]["wall_s"]
-        runs = [("before" + (f" ({data['before']})" if data.get("before") else ""), entry.get("before")),
-                ("after: " + (data.get("defaults") or "restarts 3, folds 5 (defaults)"), entry["tune"]), *(entry.get("study") or {}).items()]
-        for label, run in runs:
-            if not run:
-                continue
-            cv = run.get("cross_validated_wer")
-            held = (run.get("held_out") or (entry["rescore_held_out"] if run is entry["tune"] else None) or {}).get("wer")
-            rows.append([name, label, run["wall_s"], run["search_s"], run["line_searches"],
-                         round(run["wall_s"] / rescore, 2), f"{run['tuned_wer']:.2f}", "-" if cv is None else f"{cv:.2f}",
-                         "-" if held is None else f"{held:.2f}"])
-        for label, key in (("untuned defaults", "rescore_untuned"), (f"weights tuned on {name}", "rescore_same"),
-                           (f"weights tuned on {name}", "rescore_held_out")):
-            run = entry.get(key)
-            if not run or "rtf" not in run:
-                continue
-            rescoring.append([run.get("set", name), label, run["wall_s"], run["audio_s"], f"{run['rtf']:.3f}", run["peak_rss_mib"],
-                              f"{run['wer']:.2f}"])
-        every = entry.get("rescore_every") or {}
-        for code in ("before", "after"):
-            run = every.get(code)
-            if run:
-                label = f"tuned on {name}'s first {data['limit']}: " + (
-                    f"before ({data['before']})" if code == "before" else "after")
-                rescoring.append([f"{name}, all {every['lattices']}", label, run["wall_s"], run["audio_s"],
-                                  f"{run['rtf']:.3f}", run["peak_rss_mib"], f"{run['wer']:.2f}"])
-    env = data.get("environment", {})
-    where = (f"GPU machine ({env['gpu']}, {env.get('cpu_count', '?')} CPU cores; `afp` on its default device, CUDA)"
-             if env.get("cuda") else "CPU")
-    return ["## Tuning time against rescoring time" + (" on a GPU" if env.get("cuda") else "") + by("tune_speed"), "",
-            f"`{data['command']}`: {where}, torch {env.get('torch', '?')}, one CPU thread per process, model "
-            f"`{data['model']}`, the first {data['limit']} lattices of each PocketSphinx set. Wall seconds include "
-            f"loading and scoring; search seconds are the joint search alone (line searches: the main search's, the "
-            f"folds run as many again each). Tune / rescore: over `afp rescore --weights` on the same lattices (aim: "
-            f"at most 1.5). Held-out: the saved weights applied to the other set's lattices. "
-            f"{data.get('note', '')}".rstrip(), "",
-            *table(["set", "search", "wall s", "search s", "line searches", "tune / rescore", "tuned WER",
-                    "cross-validated WER", "held-out WER"], rows),
-            *(["`afp rescore` on the same lattices (RTF: wall seconds over the audio's, process start and model "
-               "loading included; aim: 0.05):", "",
-               *table(["lattices", "weights", "wall s", "audio s", "RTF", "peak MiB", "WER"], rescoring)] if rescoring
-              else [])]
