@@ -17,6 +17,8 @@ install: $(STAMP)
 # byte-compiles what it installs one file at a time; compileall does it on every core instead
 # (on 2 cores 36 + 27 s against 72 s; a third-party file that does not compile is skipped, as pip skips it).
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "afp-rescore needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) -V 2>&1). Run: make PYTHON=python3.11 ..." >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-compile $(TORCH)
