@@ -30,21 +30,6 @@ NAMES = [str(p.relative_to(REPO / "models")) for p in MODELS]
 MIXTURES = sorted(p for p in (REPO / "models").iterdir() if (p / "mixture.json").is_file())
 STANDALONE = [p for p in MODELS if p.parent == REPO / "models"]
 
-#: bundled models whose training record names no data licence (the issue is theirs, not the
-#: test's: a strict xfail turns into a failure as soon as the record is there, to be removed then)
-NO_LICENCE_RECORD = {
-    "ptb": "PTB (Mikolov's LM version) is a research copy of LDC data (../shared/data/SOURCES.md); "
-           "the bundled model records no data_licence and its TRAINING.md says nothing of it",
-    "conversational-text": "the bundled model records no data_licence (Mikolov rnnlm toolkit example data, "
-                           "BSD-style, per SOURCES.md) and its TRAINING.md says nothing of it",
-}
-
-
-def licence_params():
-    return [pytest.param(p, id=n, marks=[pytest.mark.xfail(strict=True, reason=NO_LICENCE_RECORD[n])]
-                         if n in NO_LICENCE_RECORD else []) for p, n in zip(MODELS, NAMES)]
-
-
 def lines_of(relative: str, lines: tuple[int, int | None] = (1, None)) -> list[list[str]]:
     """The non-empty lines ``first..last`` (1-based, inclusive; None: to the end) of a file under
     ../shared/data, split into words (what ``afp ppl --text`` reads)."""
@@ -90,7 +75,7 @@ def test_the_default_model_is_bundled():
     assert open_model(default_model_dir()).config.context_size is not None
 
 
-@pytest.mark.parametrize("model_dir", licence_params())
+@pytest.mark.parametrize("model_dir", MODELS, ids=NAMES)
 def test_bundled_model_records_how_it_was_trained_and_its_data_licence(model_dir: Path):
     loaded = load_checkpoint(model_dir)
     assert loaded.config.context_size is not None, "a bundled model must rescore lattices exactly (AFP or n-gram)"
