@@ -538,15 +538,6 @@ def point_stats(tuner: Tuner | _Subset, point: dict[str, float]) -> list[WerStat
     return out
 
 
-def best_path_words(scored: ScoredLattice, options: RescoreOptions) -> list[str]:
-    """The words of the best path of ``scored`` under ``options`` (one LM weight, Viterbi): the
-    decision of :func:`~lattices.rescore.rescore_scored` (the same weight vector) without building
-    its result (first pass, hypothesis, n-best search), about ten times faster on PocketSphinx
-    lattices. Only among paths of exactly equal scores may the two pick different words."""
-    _, arcs = scored.dag(weight_vector(scored, options)).best_path()
-    return path_words(scored, arcs)
-
-
 def weight_vector(scored: ScoredLattice, options: RescoreOptions) -> Tensor:
     """float64 ``(C,)``: the weights rescoring gives ``scored``'s components under ``options``
     (its one LM weight): the vector of :func:`~lattices.rescore.rescore_scored`."""

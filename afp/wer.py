@@ -86,11 +86,6 @@ class WerStats:
             return 0.0 if self.errors == 0 else float("inf")
         return 100.0 * self.errors / self.ref_words
 
-    @property
-    def ser(self) -> float:
-        """Sentence error rate in percent (0.0 with no sentences)."""
-        return 100.0 * self.sentence_errors / self.sentences if self.sentences else 0.0
-
     def __add__(self, other: WerStats) -> WerStats:
         if not isinstance(other, WerStats):
             return NotImplemented

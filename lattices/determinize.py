@@ -32,15 +32,12 @@ weights) whose priority is below ``best - beam`` are dropped (less a rounding to
 score is within ``beam`` of the best is kept, with its exact best component vector; (b) every
 kept arc and final weight lies on a kept path whose sequence is within the beam; (c) every kept
 sequence is a sequence of the input, and some outside the beam may be kept, because
-determinized states are shared. Pruning on ``w . x`` (no ``prune_scores``), a subset also
-drops the elements (input states) through which no path within the beam passes (Kaldi keeps
-them): states that differ only there merge, which makes the result several times smaller and
-faster to build, and a kept sequence *outside* the beam then carries the components of one of
-its paths, not necessarily its best; the input's arcs through which no path comes within the
-beam are taken out before the epsilon closure (they change nothing but the work: 85% of a
-PocketSphinx dev lattice's arcs at a beam of 10). With ``prune_scores`` every kept sequence has
-its best vector (the best path under ``w`` may lie outside the pruning beam, so no element is
-dropped).
+determinized states are shared. A subset also drops the elements (input states) through which
+no path within the beam passes (Kaldi keeps them): states that differ only there merge, which
+makes the result several times smaller and faster to build, and a kept sequence *outside* the
+beam then carries the components of one of its paths, not necessarily its best; the input's arcs
+through which no path comes within the beam are taken out before the epsilon closure (they
+change nothing but the work: 85% of a PocketSphinx dev lattice's arcs at a beam of 10).
 
 With ``max_states`` the queue stops before the state that would pass the limit, and
 :class:`DeterminizationTooLarge` carries the partial result and the largest beam that fits (as
@@ -99,8 +96,8 @@ class _Graph:
     """An acyclic weighted acceptor as numpy arrays (``S`` states, ``A`` arcs, ``F`` finals, ``C`` components).
 
     src, dst, word: int64 ``(A,)`` (``word`` 0 is epsilon); x: float64 ``(A, C)`` score
-    components; p: float64 ``(A,)`` pruning score; finals: int64 ``(F,)`` distinct;
-    fx: float64 ``(F, C)``; fp: float64 ``(F,)``.
+    components; p: float64 ``(A,)`` pruning score (``w . x``, summed along paths apart from
+    ``x``); finals: int64 ``(F,)`` distinct; fx: float64 ``(F, C)``; fp: float64 ``(F,)``.
     """
 
     num_states: int
@@ -162,20 +159,10 @@ def epsilon_words(lattice: Lattice, skip: Iterable[str] = DEFAULT_SKIP) -> np.nd
     return np.where(np.isin(words, skipped_symbol_ids(lattice.symbols, np.unique(words).tolist(), skip)), 0, words)
 
 
-def _graph(lattice: Lattice, w: np.ndarray, skip: Iterable[str], prune_scores: Tensor | None = None,
-           prune_final_scores: Tensor | None = None) -> _Graph:
+def _graph(lattice: Lattice, w: np.ndarray, skip: Iterable[str]) -> _Graph:
     _, x, fx = score_components(lattice)
     words = epsilon_words(lattice, skip)
-    if prune_scores is None:
-        p, fp = x @ w, fx @ w
-    else:
-        p = prune_scores.detach().cpu().numpy().astype(np.float64).reshape(-1)
-        if p.shape != (lattice.num_arcs,) or not np.isfinite(p).all():
-            raise ValueError(f"prune_scores must be {lattice.num_arcs} finite scores, one per arc, got shape {p.shape}")
-        fp = (np.zeros(len(lattice.finals)) if prune_final_scores is None
-              else prune_final_scores.detach().cpu().numpy().astype(np.float64).reshape(-1))
-        if fp.shape != (int(lattice.finals.shape[0]),):
-            raise ValueError(f"prune_final_scores must have one score per final state, got shape {fp.shape}")
+    p, fp = x @ w, fx @ w
     return _Graph(lattice.num_states, lattice.start, lattice.src.cpu().numpy().astype(np.int64),
                   lattice.dst.cpu().numpy().astype(np.int64), words, x, p,
                   lattice.finals.cpu().numpy().astype(np.int64), fx, fp)
@@ -386,8 +373,7 @@ def _remove_epsilons(g: _Graph, w: np.ndarray, levels: np.ndarray) -> tuple[_Gra
 
 
 # ------------------------------------------------------------------------------ determinization
-def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, max_states: int | None = None,
-                prune_scores: Tensor | None = None, *, prune_final_scores: Tensor | None = None,
+def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, max_states: int | None = None, *,
                 skip: Iterable[str] = DEFAULT_SKIP, delta: float = DELTA, report: dict | None = None) -> Lattice:
     """The word-deterministic lattice of ``lattice`` (epsilons and ``skip`` symbols removed first).
 
@@ -397,12 +383,9 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
         (:func:`ordering_vector`). Paths are compared by ``w . x``.
       beam: None for exact determinization; else prune as Kaldi's
         ``lattice-determinize-pruned`` (module docstring): keep only transitions and final
-        weights on paths whose pruning score is within ``beam`` of the best.
+        weights on paths whose score ``w . x`` is within ``beam`` of the best.
       max_states: stop before creating more determinized states than this, raising
         :class:`DeterminizationTooLarge` (with the partial result and the beam it reached).
-      prune_scores: float64 ``(A,)`` per-arc pruning scores (higher is better, e.g. a first pass
-        score recovered from posteriors) used instead of ``w . x`` for the beam; final states
-        then add ``prune_final_scores`` (float64 ``(F,)``, default 0). Ignored without ``beam``.
       skip: symbols removed like epsilon.
       delta: residual weights equal after rounding to ``delta`` are merged (0: bit equality).
       report: a dict that gets ``cut``: whether the beam took anything out: an arc of the input
@@ -412,11 +395,8 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
 
     Returns a new lattice: start state 0, states numbered in creation order (best first), no
     epsilon arcs and no state with two arcs of the same word, each word sequence with the
-    components of its best path (module docstring), trimmed. With ``prune_scores``, states also
-    differ by their pruning-score residuals (so that the beam is applied exactly), which can
-    make more states than pruning on ``w . x``; :func:`lattices.minimize.minimize` merges them.
-    Raises ``ValueError`` for bad weights or pruning scores, a negative beam, or
-    ``max_states < 1``.
+    components of its best path (module docstring), trimmed. Raises ``ValueError`` for bad
+    weights, a negative beam, or ``max_states < 1``.
     """
     if beam is not None and not beam >= 0:
         raise ValueError(f"beam must be a non-negative number, got {beam}")
@@ -424,18 +404,17 @@ def determinize(lattice: Lattice, weights: Weights, beam: float | None = None, m
         raise ValueError(f"max_states must be at least 1, got {max_states}")
     names, _, _ = score_components(lattice)
     w = ordering_vector(weights, names)
-    pruning = beam is not None and prune_scores is not None
-    g = _graph(lattice, w, skip, prune_scores if pruning else None, prune_final_scores if pruning else None)
+    g = _graph(lattice, w, skip)
     levels = lattice.levels.cpu().numpy()
     cut = False
-    if beam is not None and not pruning and len(g.src):
+    if beam is not None and len(g.src):
         g, cut = _within_beam(g, w, beam, levels)
     g, levels = _remove_epsilons(g, w, levels)  # the input's levels: the margins are wider, the results the same
     beta = _dag(g, levels).backward().numpy()  # the best pruning score from each state to the end
     best = float(beta[g.start])
     cutoff = -math.inf if beam is None else best - beam - beam_tolerance(best)
-    margin = _rounding_margin(g, w, levels, best) if cutoff > -math.inf and not pruning and len(g.src) else math.inf
-    determinizer = _Determinizer(g, w, beta, cutoff, max_states, delta, pruning, margin)
+    margin = _rounding_margin(g, w, levels, best) if cutoff > -math.inf and len(g.src) else math.inf
+    determinizer = _Determinizer(g, w, beta, cutoff, max_states, delta, margin)
     determinizer.cut = cut
     out, stopped = determinizer.run()
     if report is not None:
@@ -455,14 +434,14 @@ def _rounding_margin(g: _Graph, w: np.ndarray, levels: np.ndarray, best: float) 
     """A bound, times a wide safety factor, on how far rounding can take a path's pruning score
     summed in one order from the same path's summed in another (a row's pruning residual from its
     ``w . x``, see :class:`_Determinizer`): from the largest sum of ``|w_c x_c|`` along a path and
-    the longest path of ``g`` (pruning on ``w . x``)."""
+    the longest path of ``g``."""
     size = float(_dag(g, levels, np.abs(g.x) @ w, np.abs(g.fx) @ w).backward()[g.start])
     return 1e-12 * (int(levels.max()) + 2) * (len(w) + 2) * (abs(size) + abs(best) + 1.0)
 
 
 def _within_beam(g: _Graph, w: np.ndarray, beam: float, levels: np.ndarray) -> tuple[_Graph, bool]:
-    """``g`` (pruning on ``w . x``) without the arcs through which no complete path comes within
-    ``beam`` of the best (less the tolerance and :func:`_rounding_margin`), and whether any went.
+    """``g`` without the arcs through which no complete path comes within ``beam`` of the best
+    (less the tolerance and :func:`_rounding_margin`), and whether any went.
 
     The subset construction never builds on such an arc: its rows score at most the best path
     through the arc, so the prefilter of :class:`_Determinizer` drops them, and without the
@@ -495,21 +474,21 @@ class _Determinizer:
     each becomes a task, found again by ``(state, index)``. Tasks are taken best first from a
     heap when there is a beam or a state limit, else in creation order.
 
-    ``margin`` (pruning on ``w . x`` only): a bound, with a wide safety factor, on how far a
-    row's pruning residual and its ``w . x`` can drift apart by rounding. Rows whose best way to
-    the end is more than ``margin`` below the cutoff are dropped before the ``(word,
-    destination)`` grouping: such a row is never its group's best (a row within the beam beats
-    it by more than the rounding) nor its highest ``p``, and a group with no row left is one the
-    beam drops, so the result is the same as grouping every row, at the cost of the rows kept."""
+    ``margin``: a bound, with a wide safety factor, on how far a row's pruning residual and its
+    ``w . x`` can drift apart by rounding. Rows whose best way to the end is more than ``margin``
+    below the cutoff are dropped before the ``(word, destination)`` grouping: such a row is never
+    its group's best (a row within the beam beats it by more than the rounding) nor its highest
+    ``p``, and a group with no row left is one the beam drops, so the result is the same as
+    grouping every row, at the cost of the rows kept."""
 
     def __init__(self, g: _Graph, w: np.ndarray, beta: np.ndarray, cutoff: float, max_states: int | None,
-                 delta: float, key_on_pruning: bool, margin: float = math.inf) -> None:
+                 delta: float, margin: float = math.inf) -> None:
         self.g, self.w, self.beta, self.cutoff, self.max_states = g, w, beta, cutoff, max_states
-        self.delta, self.key_on_pruning = delta, key_on_pruning
+        self.delta = delta
         self.best_first = cutoff > -math.inf or max_states is not None
-        # pruning on w . x, each path's pruning score is its ordering score: an element whose best
-        # way to the end is outside the beam carries no best path of a sequence within the beam
-        self.prune_elements = cutoff > -math.inf and not key_on_pruning
+        # each path's pruning score is its ordering score: an element whose best way to the end
+        # is outside the beam carries no best path of a sequence within the beam
+        self.prune_elements = cutoff > -math.inf
         self.prefilter = self.prune_elements and math.isfinite(margin)
         self.threshold = cutoff - margin  # rows below it (less the forward score) cannot matter
         order = np.lexsort((g.dst, g.word, g.src))  # arcs by (source, word, destination)
@@ -661,14 +640,9 @@ class _Determinizer:
         qx = _quantize(x_res, self.delta).tobytes()
         size = 8 * x_res.shape[1]
         dst_bytes = dst.tobytes()
-        if self.key_on_pruning:
-            qp = _quantize(p_res, self.delta).tobytes()
 
-            def keys(lo: int, hi: int) -> bytes:
-                return dst_bytes[8 * lo:8 * hi] + qx[size * lo:size * hi] + qp[8 * lo:8 * hi]
-        else:
-            def keys(lo: int, hi: int) -> bytes:
-                return dst_bytes[8 * lo:8 * hi] + qx[size * lo:size * hi]
+        def keys(lo: int, hi: int) -> bytes:
+            return dst_bytes[8 * lo:8 * hi] + qx[size * lo:size * hi]
         self.transitions.append((dst, x_res, p_res, keys, bounds, arc_x, word[starts], arc_p.tolist(), priority))
         cutoff, tasks = self.cutoff, self.tasks
         if self.best_first:

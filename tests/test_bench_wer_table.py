@@ -216,11 +216,14 @@ def test_kaldi_style_is_exact_on_a_tree_and_nbest_scores_are_the_sentences(world
 
 
 def test_the_line_searches_best_path_is_afp_rescores_decision(world):
-    """afp.tune.best_path_words (what the joint search evaluates on lattices) decides as
-    rescore_scored (what afp rescore returns) at every point tried."""
+    """The joint search's view of a lattice (afp.mert.LatticeLines, built as afp.tune.lattice_lines
+    builds it) picks the best path that rescore_scored (what afp rescore returns) picks, at every
+    point tried: its errors_of here numbers each distinct word sequence, so the "errors" it
+    reports at a point name the words of its best path."""
     from afp import load_model
+    from afp.mert import LatticeLines
     from afp.options import build_options
-    from afp.tune import best_path_words
+    from afp.tune import path_words, weight_vector
     from lattices.rescore import rescore_scored, score_for_options
 
     model = load_model(world["afp"], device="cpu")
@@ -228,12 +231,23 @@ def test_the_line_searches_best_path_is_afp_rescores_decision(world):
     for name, key in (("dev_clean", KEYS[1]), ("dev_other", KEYS[3])):
         (lattice,) = read_lattice_file(world["root"] / "sets" / name / "lattices" / f"{key}.slf")
         scored = score_for_options(lattice, model.scorer, base)
+        sequences: list[tuple[str, ...]] = []
+
+        def number_of(arcs, scored=scored, sequences=sequences) -> int:
+            words = tuple(path_words(scored, arcs))
+            if words not in sequences:
+                sequences.append(words)
+            return sequences.index(words)
+
+        lines = LatticeLines(scored.dag(weight_vector(scored, base)), scored.arc_parts.cpu().numpy(),
+                             scored.final_parts.cpu().numpy(),
+                             lambda point, scored=scored: weight_vector(scored, base.at_point(point)).cpu().numpy(),
+                             number_of)
         seen = set()
         for point in ({"lm_weight": 0.0, "old_lm_weight": 1.0, "word_penalty": 0.0, "unk_penalty": 0.0},
                       {"lm_weight": 1.0, "old_lm_weight": 0.0, "word_penalty": 2.0, "unk_penalty": -5.0},
                       {"lm_weight": 3.0, "old_lm_weight": 0.5, "word_penalty": -4.0, "unk_penalty": -20.0}):
-            options = base.at_point(point)
-            words = best_path_words(scored, options)
-            assert words == rescore_scored(scored, options)[0].best.words
+            words = list(sequences[lines.errors(point)])
+            assert words == rescore_scored(scored, base.at_point(point))[0].best.words
             seen.add(tuple(words))
         assert len(seen) > 1  # the points make different decisions: the comparison could fail

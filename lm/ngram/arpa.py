@@ -1,9 +1,8 @@
 """The ARPA back-off n-gram format: the subset read, its word conventions, its error and the writer.
 
-The one reader is :func:`lm.ngram.store.read_arpa_store` (and :func:`lm.ngram.store.parse_arpa_store`
-for text, bytes or lines), and :class:`lm.ngram.store.StoreScorer` scores what it reads; the
-Kneser-Ney builder (:mod:`lm.ngram.kneser_ney`) writes the format. This module holds what they
-share, so none imports another's internals.
+The one reader is :func:`lm.ngram.store.read_arpa_store`, and :class:`lm.ngram.store.StoreScorer`
+scores what it reads; the Kneser-Ney builder (:mod:`lm.ngram.kneser_ney`) writes the format. This
+module holds what they share, so none imports another's internals.
 
 The format (as SRILM and KenLM write it), the subset read::
 

@@ -9,9 +9,9 @@ is built from a float64 store). A batch of (history, word) queries is scored by 
 definition of :mod:`lm.ngram.arpa` order by order over the whole batch: a ``searchsorted`` for the
 n-grams ``h w`` still unanswered, then one for the back-off weights of their contexts.
 
-:func:`read_arpa_store` (a path) and :func:`parse_arpa_store` (text, bytes or lines) read the
-format of :mod:`lm.ngram.arpa`, with all of its checks, and its word conventions: ``<s>`` is never
-predicted, an unknown word is ``<unk>``, or :data:`lm.ngram.arpa.LOG_FLOOR` when the file has none.
+:func:`read_arpa_store` (a path, plain or gzip) reads the format of :mod:`lm.ngram.arpa`, with all
+of its checks, and its word conventions: ``<s>`` is never predicted, an unknown word is ``<unk>``,
+or :data:`lm.ngram.arpa.LOG_FLOOR` when the file has none.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 import re
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,29 +153,6 @@ def read_arpa_store(path: str | os.PathLike[str], source: str | None = None,
             raise ArpaFormatError(f"{source}:{_undecodable_line(path, gz)}: not UTF-8 text: {err.reason}") from err
         except (OSError, EOFError, zlib.error) as err:
             raise ArpaFormatError(f"{source}: {'broken gzip data' if gz else 'cannot read ARPA file'}: {err}") from err
-
-
-def parse_arpa_store(data: str | bytes | Iterable[str], source: str = "<ARPA text>",
-                     dtype: DTypeLike = np.float32) -> NgramStore:
-    """:func:`read_arpa_store` of ARPA text, of a file's bytes (plain or gzip), or of an iterable
-    of lines (with or without their ``\\n``); line numbers in errors count from 1."""
-    if isinstance(data, (bytes, bytearray)):
-        data = _decode(bytes(data), source)
-    return _read(iter(data.split("\n") if isinstance(data, str) else data), source, dtype)
-
-
-def _decode(data: bytes, source: str) -> str:
-    """The text of a file's bytes, gunzipped when they start with the gzip magic."""
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as err:
-            raise ArpaFormatError(f"{source}: broken gzip data: {err}") from err
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise ArpaFormatError(f"{source}:{line}: not UTF-8 text: {err.reason}") from err
 
 
 def _undecodable_line(path: str | os.PathLike[str], gz: bool) -> int:

@@ -35,7 +35,7 @@ def test_wer_stats_sum_percent_and_json():
                                                                        ("a b c d", "a b c d e"), ("x y", "x y")])
     assert total == WerStats(errors=2, substitutions=1, insertions=1, deletions=0, ref_words=9, sentences=3,
                              sentence_errors=2)
-    assert total.wer == pytest.approx(100 * 2 / 9) and total.ser == pytest.approx(100 * 2 / 3)
+    assert total.wer == pytest.approx(100 * 2 / 9)
     assert sum([word_errors(["a"], ["b"]), word_errors(["a"], ["a"])]) == WerStats(1, 1, 0, 0, 2, 2, 1)
     assert total + WerStats.zero() == total
     assert total.to_json() == {"errors": 2, "substitutions": 1, "insertions": 1, "deletions": 0, "ref_words": 9,

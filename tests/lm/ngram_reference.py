@@ -12,16 +12,18 @@ mixtures, ``--old-lm`` and the Kneser-Ney builder. No serving path uses it (it w
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 from torch import Tensor
 
 from lm.ngram.arpa import BOS, EOS, LOG_FLOOR, UNK
-from lm.ngram.store import NgramStore, parse_arpa_store, read_arpa_store
+from lm.ngram.store import NgramStore, read_arpa_store
 
 Gram = tuple[int, ...]
 
@@ -129,6 +131,15 @@ def _tuples(rows: np.ndarray) -> list[Gram]:
 
 
 # ----------------------------------------------------------------------------------- reading
+def arpa_store(data: str | bytes, source: str = "<ARPA text>", dtype: DTypeLike = np.float32) -> NgramStore:
+    """:func:`lm.ngram.store.read_arpa_store` of ARPA text or of a file's bytes (plain or gzip),
+    written to a temporary file first; errors name ``source`` (and the line, counted from 1)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "lm.arpa"
+        path.write_bytes(bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8"))
+        return read_arpa_store(path, source, dtype=dtype)
+
+
 def read_arpa(path_or_text: str | os.PathLike[str] | bytes, source: str | None = None) -> NgramModel:
     """Read an ARPA model from a path (plain or gzip), from ARPA text, or from file bytes.
 
@@ -137,9 +148,9 @@ def read_arpa(path_or_text: str | os.PathLike[str] | bytes, source: str | None =
     Raises :class:`ArpaFormatError` for unreadable or malformed input.
     """
     if isinstance(path_or_text, (bytes, bytearray)):
-        store = parse_arpa_store(path_or_text, source or "<ARPA bytes>", dtype=np.float64)
+        store = arpa_store(path_or_text, source or "<ARPA bytes>", dtype=np.float64)
     elif isinstance(path_or_text, str) and "\n" in path_or_text:
-        store = parse_arpa_store(path_or_text, source or "<ARPA text>", dtype=np.float64)
+        store = arpa_store(path_or_text, source or "<ARPA text>", dtype=np.float64)
     else:
         path = Path(path_or_text)
         store = read_arpa_store(path, source or str(path), dtype=np.float64)
@@ -148,7 +159,7 @@ def read_arpa(path_or_text: str | os.PathLike[str] | bytes, source: str | None =
 
 def parse_arpa(text: str, source: str = "<ARPA text>") -> NgramModel:
     """Parse ARPA text (see :mod:`lm.ngram.arpa`); errors name ``source`` and the line."""
-    return NgramModel.from_store(parse_arpa_store(text, source, dtype=np.float64))
+    return NgramModel.from_store(arpa_store(text, source, dtype=np.float64))
 
 
 # ----------------------------------------------------------------------------------- scoring

@@ -21,14 +21,14 @@ from lattices.rescore import RescoreOptions, rescore
 from lattices.scorer import ContextScorer
 from lm.corpus import encode
 from lm.ngram.arpa import LOG10, LOG_FLOOR, ArpaFormatError
-from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, save_store
+from lm.ngram.store import StoreScorer, load_store, save_store
 from lm.scorer import score_sentences, sentence_pairs
 from lm.vocab import Vocabulary
 from tests.factories import (replacing_options, MUTATIONS, kn_arpa, VALID_MUTATIONS, all_paths, mutate_lines, neutral_mutation, patterned_sentences,
                              random_lattice)
 from tests.lattices.test_kaldi import FUZZ
 from tests.lm.kn_reference import KneserNey
-from tests.lm.ngram_reference import NgramModel, NgramScorer, parse_arpa, read_arpa, sentence_logprob
+from tests.lm.ngram_reference import NgramModel, NgramScorer, arpa_store, parse_arpa, read_arpa, sentence_logprob
 
 # A trigram model small enough to score by hand (log10 numbers below are read off these lines).
 HAND = """\
@@ -156,7 +156,7 @@ def test_the_dict_model_is_a_view_of_the_one_readers_store(tmp_path):
                               (ids["<s>"], ids["a"]): -0.1 * LOG10, (ids["a"], ids["b"]): -0.25 * LOG10}
     zero = read_arpa(HAND.replace("-1.0\tc\n", "-1.0\tc\t0\n"))
     assert zero.backoffs == model.backoffs and zero.logprobs == model.logprobs
-    save_store(parse_arpa_store(HAND), tmp_path / "store")
+    save_store(arpa_store(HAND), tmp_path / "store")
     mapped = NgramModel.from_store(load_store(tmp_path / "store"))
     assert mapped.words == model.words and mapped.counts == model.counts
     assert mapped.logprobs.keys() == model.logprobs.keys()
@@ -310,6 +310,8 @@ def reference_arpa(text: str) -> ArpaReading:
         return ArpaReading(False, line)
 
     lines = text.split("\n")
+    if lines[-1] == "":  # the lines of a file holding ``text``: a final newline ends the last one
+        lines.pop()
     data = next((i for i, line in enumerate(lines) if line.strip() == "\\data\\"), None)
     if data is None:
         return error(None)
@@ -513,7 +515,7 @@ def test_fuzz_valid_files_read_as_the_format_defines_them(arpa, kind, newline, e
     histories, words = query_rows(arpa.reading, extra_histories)
     expected = [expected_logprob(arpa.reading, h, w) for h, w in zip(histories, words)]
     assert_scores(NgramScorer(model), histories, words, expected, 1e-15)
-    store = parse_arpa_store(text, source="fuzz.arpa")  # float32 numbers: the scorer of --model LM.arpa
+    store = arpa_store(text, source="fuzz.arpa")  # float32 numbers: the scorer of --model LM.arpa
     assert_scores(StoreScorer(store), histories, words, expected, 1e-6)  # float32: 6e-8 relative
 
 
@@ -691,10 +693,10 @@ def test_a_unicode_space_is_part_of_a_word_as_in_the_lattice_readers(space):
     word = f"le{space}chat"
     text = f"\\data\\\nngram 1=3\nngram 2=1\n\n\\1-grams:\n-1.0\t{word}\t-0.25\n-0.5\t</s>\n-0.75\t<s>\t-0.5\n\n" \
            f"\\2-grams:\n-0.3\t<s> {word}\n\n\\end\\\n"
-    store = parse_arpa_store(text, source="space.arpa")
+    store = arpa_store(text, source="space.arpa")
     assert word in store.words and len(store.words) == 4  # + <unk>
     model = parse_arpa(text, source="space.arpa")
     assert word in model.words
     broken = text.replace(f"-0.3\t<s> {word}", f"-0.3\t<s> {word} extra")
     with pytest.raises(ArpaFormatError, match=r"space.arpa:11: expected log10 prob and 2 words, got 4 fields"):
-        parse_arpa_store(broken, source="space.arpa")
+        arpa_store(broken, source="space.arpa")

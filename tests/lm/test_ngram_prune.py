@@ -15,9 +15,10 @@ import pytest
 
 from lm.ngram import kneser_ney
 from lm.ngram.prune import all_divergences, backoff_logprob, divergences, history_logprob, model_of_store, prune
-from lm.ngram.store import load_store, parse_arpa_store, read_arpa_store
+from lm.ngram.store import load_store, read_arpa_store
 from lm.vocab import Vocabulary
 from tests.factories import patterned_sentences, random_sentences
+from tests.lm.ngram_reference import arpa_store
 from tests.lm.test_kneser_ney import shards_of
 
 
@@ -121,7 +122,7 @@ def hand_arpa() -> str:
 def hand_model():
     """The model :func:`prune` reads from the hand-written ARPA text, and :class:`Backoff` of the
     hand's numbers in its word ids (not read from the file)."""
-    store = parse_arpa_store(hand_arpa(), dtype=np.float64)
+    store = arpa_store(hand_arpa(), dtype=np.float64)
     model, predictable = model_of_store(store)
     ids = {w: store.id(w) for w in ("<s>", "</s>", "a", "b", "c")}
     reference = Backoff({tuple(ids[w] for w in g): p for g, p in HAND_PROBS.items()},

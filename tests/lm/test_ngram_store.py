@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lm.ngram.arpa import LOG10, ArpaFormatError
-from lm.ngram.store import StoreScorer, load_store, parse_arpa_store, read_arpa_store
+from lm.ngram.store import StoreScorer, load_store, read_arpa_store
 from lm.scorer import sentence_pairs
 from tests.factories import kn_arpa
 from tests.lm.ngram_reference import read_arpa
@@ -82,7 +82,7 @@ def test_hand_written_trigram_with_and_without_unk(tmp_path):
     # the hand-computed cases of tests/lm/test_ngram.py, from the store; without <unk> an unknown
     # target gets the floor, an unknown history word still backs off past it
     for text, unk in ((HAND, True), (without, False)):
-        store = parse_arpa_store(text)
+        store, _ = _streamed(tmp_path, text, "hand.arpa")
         file_order = ("<s>", "</s>", "<unk>", "a", "b", "c")
         assert store.words == (file_order if unk else (*file_order[:2], *file_order[3:], "<unk>"))
         for history, word, log10p in HAND_CASES:
@@ -292,23 +292,25 @@ def test_not_utf8_and_broken_gzip_name_the_file(tmp_path):
         read_arpa_store(tmp_path / "truncated.gz")
 
 
-def test_text_bytes_lines_and_files_read_the_same_store(tmp_path):
-    """One parser behind every door; a layout that differs only in blanks, line ends and text
-    after ``\\end\\`` reads the same numbers; float64 keeps the file's numbers exactly."""
+def test_plain_gzip_and_loose_files_read_the_same_store(tmp_path):
+    """Plain and gzip files read the same store; a layout that differs only in blanks, line ends
+    and text after ``\\end\\`` reads the same numbers; float64 keeps the file's numbers exactly;
+    ``source`` names the file in errors."""
     def arrays(store):
         return store.words, [k.tolist() for k in store.keys], [p.tolist() for p in store.logprobs], \
             [b.tolist() for b in store.backoffs]
 
     loose = HAND.replace("ngram 2=4\n", "ngram 2=4\n\n").replace("\n", "\r\n") + "trailing words\n"
-    file_store, _ = _streamed(tmp_path, loose, "loose.arpa.gz")
-    stores = [parse_arpa_store(HAND), parse_arpa_store(HAND.encode()), parse_arpa_store(gzip.compress(HAND.encode())),
-              parse_arpa_store(HAND.splitlines()), parse_arpa_store(HAND.splitlines(keepends=True)), file_store]
+    stores = [_streamed(tmp_path, text, name)[0] for text, name in
+              ((HAND, "hand.arpa"), (HAND, "hand.arpa.gz"), (loose, "loose.arpa"), (loose, "loose.arpa.gz"))]
     assert all(arrays(s) == arrays(stores[0]) for s in stores[1:])
-    exact = parse_arpa_store(HAND, dtype=np.float64)
+    exact = read_arpa_store(tmp_path / "hand.arpa", dtype=np.float64)
     assert exact.logprobs[0].dtype == np.float64 and exact.logprobs[0][exact.id("a")] == -0.5 * LOG10
     assert stores[0].logprobs[0].dtype == np.float32
-    with pytest.raises(ArpaFormatError, match=r"^lines:18: word 'zebra' is not among the unigrams"):
-        parse_arpa_store(_replace("-0.4\ta b\t-0.25", "-0.4\ta zebra\t-0.25").split("\n"), source="lines")
+    zebra = tmp_path / "zebra.arpa"
+    zebra.write_bytes(_replace("-0.4\ta b\t-0.25", "-0.4\ta zebra\t-0.25").encode())
+    with pytest.raises(ArpaFormatError, match=r"^named:18: word 'zebra' is not among the unigrams"):
+        read_arpa_store(zebra, source="named")
 
 
 KALDI_UNK = """\\data\\
