@@ -174,6 +174,29 @@ def test_a_killed_run_is_finished_by_running_it_again(corpus, tmp_path):
     assert_same_results(corpus["reference"], out)
 
 
+def test_out_dir_results_equal_plain_rescore_json_per_lattice(corpus, capsys):
+    """Each input's --out-dir results file holds, line for line, what plain ``afp rescore --json`` prints
+    for that input's lattices with the same model and options: the same keys, the same fields, the
+    same words (best, n-best, first pass) and scores within the project's tolerance."""
+    assert main(["rescore", "--model", str(corpus["model"]), "--json", *corpus["inputs"]]) == 0
+    plain = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(plain) == INPUTS * PER_INPUT
+    stored = results_of(corpus["reference"])
+    assert sorted(stored) == sorted(f"{Path(spec).name}.jsonl" for spec in corpus["inputs"])
+    for index, spec in enumerate(corpus["inputs"]):
+        expected = plain[index * PER_INPUT:(index + 1) * PER_INPUT]  # --json prints the inputs in order
+        got = stored[f"{Path(spec).name}.jsonl"]
+        assert [line["key"] for line in got] == [line["key"] for line in expected] == [
+            f"in{index + 1:02d}-utt{j}" for j in range(PER_INPUT)]
+        for want, have in zip(expected, got):
+            assert sorted(have) == sorted(want), (spec, want["key"])  # compare_answers skips fields one side lacks
+            for part in ("best", "first_pass"):
+                assert have[part]["words"] == want[part]["words"], (spec, want["key"], part)
+            assert [h["words"] for h in have["nbest"]] == [h["words"] for h in want["nbest"]], (spec, want["key"])
+        found = compare_answers(expected, got, ignore=VOLATILE)
+        assert found.same, (spec, found.difference)
+
+
 def test_kaldi_style_jobs_split_the_inputs_and_give_the_same_results(corpus, tmp_path, capsys):
     out = tmp_path / "out"
     taken = []

@@ -18,3 +18,12 @@ def model_dir(tmp_path_factory):
 def client(model_dir):
     with client_for(model_dir) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def library(model_dir):
+    """The Python API's model on the same directory and device (``auto``) as the module's server:
+    what ``afp rescore`` answers, for comparing the HTTP answer with."""
+    import afp
+
+    return afp.load_model(model_dir)

@@ -1,23 +1,37 @@
-"""The request schema of ``POST /v1/rescore`` and the engine agree on every option: what the
-OpenAPI schema publishes of each (its default, bounds, values, whether null is allowed) is
-``RescoreOptions``' own, and ``RescoreOptions`` takes exactly what the schema takes at the edge of
-every published bound (the schema's option fields and the flags of ``afp rescore`` are generated
-from one table, ``lattices.options.OPTIONS``)."""
+"""The request schema of ``POST /v1/rescore``, the flags of ``afp rescore`` and the engine agree
+on every option, by behaviour: each published default, sent or given explicitly, builds the
+options of sending nothing; a request or command with no option answers what the Python API
+answers with its defaults; and the engine and the query string take what the schema takes at the
+edge of every published bound (the schema's option fields and the flags are generated from one
+table, ``lattices.options.OPTIONS``: comparing them with that table would check the generator
+against its own input)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import gzip
+import json
+import re
+from pathlib import Path
 
 import pytest
 
+import service.engine
+from afp.compare import compare_answers
 from lattices.options import MAX_LM_WEIGHTS, MAX_MBR_NBEST, OPTIONS, RescoreOptions, option_spec
+from lattices.rescore import rescore
 from service.app import create_app
-from service.cli import main
+from service.cli import build_parser, main
 from service.settings import Settings
+from tests.service.test_app import VOLATILE, assert_same_answer, library_answer
 
 # a Kaldi lattice with two word sequences
 LATTICE = "u\n0 1 the 1,10,\n0 1 a 3,10,\n1 2 cat 1,10,\n2\n\n"
 REQUEST_FIELDS = [spec.name for spec in OPTIONS if spec.http]
+#: a dense PocketSphinx lattice: its expansion is made small, so the determinization, pruning and
+#: target options change its answer
+DENSE = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "pocketsphinx").glob("*0920.slf.gz"))[0]
 
 
 @pytest.fixture(scope="module")
@@ -33,35 +47,104 @@ def values_of(prop: dict) -> tuple[list[dict], bool]:
     return [m for m in members if m.get("type") != "null"], any(m.get("type") == "null" for m in members)
 
 
-def test_the_schema_has_a_field_for_every_request_option_and_only_those(published):
-    assert set(REQUEST_FIELDS) <= set(published)
-    assert set(published) - set(REQUEST_FIELDS) == {"features", "weights", "format", "lattice", "words"}
+@pytest.fixture()
+def built(monkeypatch) -> list[RescoreOptions]:
+    """The options each request of the module's server hands the engine (then rescored as usual)."""
+    seen: list[RescoreOptions] = []
+
+    def capture(lattice, scorer, options, **kwargs):
+        seen.append(dataclasses.replace(options, deadline=None))
+        return rescore(lattice, scorer, options, **kwargs)
+
+    monkeypatch.setattr(service.engine, "rescore", capture)
+    return seen
 
 
-@pytest.mark.parametrize("name", REQUEST_FIELDS)
-def test_the_published_default_is_the_engines(published, name):
-    field = option_spec(name).field
-    engine = getattr(RescoreOptions(), field)
-    if name == "target_arcs":  # unset: the server's AFP_TARGET_EXPANDED_ARCS, whose default is the engine's
-        assert published[name]["default"] is None and Settings().target_expanded_arcs == engine
-    elif name == "score_weights":  # none given
-        assert published[name]["default"] is None and engine == ()
-    else:
-        assert published[name]["default"] == engine, name
-    if name in ("lm_weight", "unk_penalty"):  # the untuned default and the model's own: not a number
-        assert engine is None and published[name]["default"] is None
-    _, nullable = values_of(published[name])
-    assert nullable == (published[name]["default"] is None or option_spec(name).nullable)
+def query_text(value) -> str:
+    return {True: "true", False: "false"}.get(value, str(value)) if isinstance(value, bool) else str(value)
 
 
-def test_the_published_defaults_that_were_wrong():
-    """``lm_weight``'s default is the untuned one (a quarter of the old LM's weight, not 0.25 absolute),
-    ``unk_penalty``'s the model's own (not 0), ``determinize_beam``'s the engine's 10."""
-    props = create_app(Settings()).openapi()["components"]["schemas"]["RescoreRequest"]["properties"]
-    assert props["lm_weight"]["default"] is None
-    assert "0.25 times the old LM's weight" in props["lm_weight"]["description"]
-    assert props["unk_penalty"]["default"] is None and "the model's own" in props["unk_penalty"]["description"]
-    assert props["determinize_beam"]["default"] == 10.0
+def test_each_published_default_sent_explicitly_builds_the_options_of_sending_nothing(client, published, built):
+    """What the schema says a field defaults to is what the server does when it is left out: sent
+    explicitly (in a JSON body, and as a query parameter where it is not null), it builds the same
+    engine options as a request without it. Every request option of the table must be published."""
+    assert client.post("/v1/rescore", json={"lattice": LATTICE}).status_code == 200
+    (nothing,) = built
+    for name in REQUEST_FIELDS:
+        default = published[name]["default"]
+        r = client.post("/v1/rescore", json={"lattice": LATTICE, name: default})
+        assert r.status_code == 200, (name, default, r.text)
+        assert built[-1] == nothing, (name, default)
+        if default is not None:
+            r = client.post("/v1/rescore", params={name: query_text(default)}, content=LATTICE,
+                            headers={"content-type": "text/plain"})
+            assert r.status_code == 200, (name, default, r.text)
+            assert built[-1] == nothing, (name, default, "query")
+
+
+def option_flags_with_defaults() -> list[tuple[list[str], str]]:
+    """``afp rescore``'s option flags whose help names a default, each as the arguments that give
+    that default explicitly (``--nbest 1``; ``--auto-prune`` for "default on")."""
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    options = {spec.name for spec in OPTIONS}
+    out = []
+    for action in sub.choices["rescore"]._actions:
+        found = re.search(r"\(default ([^)]+)\)", action.help or "")
+        if action.dest in options and found:
+            said = found.group(1)
+            argv = [action.option_strings[0]] if said == "on" else [action.option_strings[0], said]
+            out.append((argv, action.dest))
+    return out
+
+
+def test_each_flags_documented_default_given_explicitly_builds_the_options_of_no_flag(model_dir, tmp_path,
+                                                                                      monkeypatch):
+    """``afp rescore --help`` says "(default X)" of a flag: ``--flag X`` builds the engine options of
+    leaving the flag out."""
+    seen: list[RescoreOptions] = []
+
+    def capture(lattices, scorer, options, **kwargs):
+        seen.append(options)
+        return iter(())
+
+    monkeypatch.setattr("afp.jobs.rescore_all", capture)
+    (tmp_path / "lat.txt").write_text(LATTICE)
+    argv = ["rescore", "--model", str(model_dir), "--device", "cpu", "--quiet", str(tmp_path / "lat.txt")]
+    flags = option_flags_with_defaults()
+    assert {dest for _, dest in flags} >= {"nbest", "determinize_beam", "decode", "mbr_nbest", "prune_if_too_large"}
+    assert main(argv) == 0
+    (nothing,) = seen
+    for given, dest in flags:
+        assert main([*argv[:-1], *given, argv[-1]]) == 0, given
+        assert seen[-1] == nothing, (given, dest)
+
+
+def test_no_option_at_any_door_is_the_python_apis_default_answer(client, library, model_dir, tmp_path, capsys):
+    """A JSON body with only the lattice, a raw body with no query parameter and ``afp rescore
+    --json`` with no option flag answer what ``afp.Model.rescore`` answers with its defaults, on a
+    dense lattice (made small by the default determinization and target) and on a Kaldi archive."""
+    from tests.service.test_rescore_cli import ARCHIVE
+
+    dense = gzip.decompress(DENSE.read_bytes()).decode()
+    for text, fmt in ((dense, "pocketsphinx"), (ARCHIVE, "kaldi")):
+        expected = library_answer(library, text, fmt)
+        body = client.post("/v1/rescore", json={"format": fmt, "lattice": text})
+        assert body.status_code == 200, body.text
+        assert_same_answer(body.json()["results"], expected)
+        raw = client.post("/v1/rescore", content=text, headers={"content-type": "text/plain"})  # format auto
+        assert raw.status_code == 200, raw.text
+        assert_same_answer(raw.json()["results"], expected)
+        path = tmp_path / fmt / "request"  # a lattice without a key is named after its file, as after the request
+        path.parent.mkdir()
+        path.write_text(text)
+        assert main(["rescore", "--model", str(model_dir), "--json", "--format", fmt, str(path)]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        want = [result.to_json() for result in expected]
+        assert [sorted(line) for line in lines] == [sorted(w) for w in want]
+        found = compare_answers(want, lines, ignore=VOLATILE)
+        assert found.same, (fmt, found.difference)
+        if fmt == "pocketsphinx":  # the defaults that make a dense lattice small were in play
+            assert [stage["stage"] for stage in expected[0].stats["stages"]][:2] == ["input", "determinize"]
 
 
 def bounds(published: dict) -> list[tuple[str, str, float]]:
@@ -102,28 +185,56 @@ def test_the_engine_takes_what_the_schema_takes_at_every_published_bound(publish
 
 def test_the_engine_takes_the_published_number_of_lm_weights_and_values(published):
     (one, many), _ = values_of(published["lm_weight"])
-    assert many["maxItems"] == MAX_LM_WEIGHTS and many["minItems"] == 1 and one["minimum"] == 0
-    RescoreOptions(lm_weights=(1.0,) * MAX_LM_WEIGHTS)
-    with pytest.raises(ValueError, match=f"at most {MAX_LM_WEIGHTS}"):
-        RescoreOptions(lm_weights=(1.0,) * (MAX_LM_WEIGHTS + 1))
+    most, least, low = many["maxItems"], many["minItems"], one["minimum"]
+    RescoreOptions(lm_weights=(1.0,) * most)
+    with pytest.raises(ValueError, match=f"at most {most}"):
+        RescoreOptions(lm_weights=(1.0,) * (most + 1))
+    RescoreOptions(lm_weights=(1.0,) * least)
     with pytest.raises(ValueError, match="at least one"):
-        RescoreOptions(lm_weights=())
+        RescoreOptions(lm_weights=(1.0,) * (least - 1))
+    RescoreOptions(lm_weights=(low,))
+    with pytest.raises(ValueError, match="must not be negative"):
+        RescoreOptions(lm_weights=(low - 1e-6,))
     for name in ("decode", "determinize"):
         (member,), _ = values_of(published[name])
-        assert tuple(member["enum"]) == option_spec(name).choices
+        assert len(member["enum"]) >= 2
         for value in member["enum"]:
             RescoreOptions(**{name: value})
         with pytest.raises(ValueError, match=name):
             RescoreOptions(**{name: "other"})
 
 
-def test_the_query_parameters_publish_the_same_limits(published):
+def test_a_query_string_is_taken_and_refused_at_the_published_bounds_as_a_json_body(client):
+    """Each numeric bound the query parameters publish: a raw-body request with the option at the
+    bound in its query string is answered, one step beyond it is refused naming the option, as a
+    JSON body with the same value is; ``lm_weight`` is taken as often as its maxItems says."""
     schema = create_app(Settings()).openapi()
     parameters = {p["name"]: p["schema"] for p in schema["paths"]["/v1/rescore"]["post"]["parameters"]}
-    assert parameters["lm_weight"]["maxItems"] == MAX_LM_WEIGHTS
-    for name in ("nbest", "mbr_nbest", "prune_beam", "target_arcs", "mbr_scale"):
-        assert values_of(parameters[name]) == values_of({k: v for k, v in published[name].items()
-                                                         if k not in ("title", "description", "default")}), name
+    checked = set()
+    for name in REQUEST_FIELDS:
+        if name not in parameters or option_spec(name).kind in ("weight", "weights", "named_weights"):
+            continue
+        for member in values_of(parameters[name])[0]:
+            for key in ("minimum", "maximum"):
+                if key not in member or (name, key) == ("nbest", "maximum"):  # nbest's: the server's AFP_MAX_NBEST
+                    continue
+                step = 1 if member.get("type") == "integer" else 1e-6
+                for value, taken in ((member[key], True), (member[key] + (step if key == "maximum" else -step), False)):
+                    raw = client.post("/v1/rescore", params={name: str(value)}, content=LATTICE,
+                                      headers={"content-type": "text/plain"})
+                    body = client.post("/v1/rescore", json={"lattice": LATTICE, name: value})
+                    assert raw.status_code == body.status_code == (200 if taken else 422), (name, value, raw.text)
+                    if not taken:
+                        assert raw.json()["error"]["field"] == body.json()["error"]["field"] == name, (name, value)
+                checked.add((name, key))
+    assert {("mbr_nbest", "maximum"), ("prune_beam", "minimum"), ("target_arcs", "minimum"),
+            ("mbr_scale", "minimum"), ("nbest", "minimum")} <= checked
+    most = parameters["lm_weight"]["maxItems"]
+    for count, status in ((most, 200), (most + 1, 422)):
+        r = client.post("/v1/rescore", params=[("lm_weight", "0.5")] * count, content=LATTICE,
+                        headers={"content-type": "text/plain"})
+        assert r.status_code == status, (count, r.text)
+    assert r.json()["error"]["field"] == "lm_weight"
 
 
 # ------------------------------------------------------------------ the limits every door now shares
