@@ -12,7 +12,7 @@ the first ``--limit`` of the other, both ways. The systems (``--systems`` names,
 =========================  =====================================================================
 ``decoder``                the decoder's own 1-best (``hyp.trn``), no tuning
 ``nbest50-afp``            the 50 best distinct word sequences of the lattice under the first
-                           pass's scores (:func:`bench.baselines.first_pass_nbest`), as an n-best
+                           pass's scores (:func:`afp.baselines.first_pass_nbest`), as an n-best
                            list rescored exactly with the AFP part of ``models/librispeech``
 ``nbest500-afp``           the same with 500
 ``lattice-kn4``            exact lattice rescoring with the KN 4-gram ``models/librispeech/ngram``
@@ -32,7 +32,7 @@ the first ``--limit`` of the other, both ways. The systems (``--systems`` names,
 Every system other than the decoder is one code path: the engine prepares each input (a lattice, or
 the n-best lattice of its n best) and scores it into a :class:`~lattices.scored.ScoredLattice`
 (``afp rescore``'s :func:`~lattices.rescore.score_for_options`; the full-history GRU's own scores
-put in its ``new_lm`` column by :mod:`bench.baselines`), and :mod:`afp.transfer` tunes and applies:
+put in its ``new_lm`` column by :mod:`afp.baselines`), and :mod:`afp.transfer` tunes and applies:
 ``afp tune``'s joint search (the decoder's ``hyp.trn`` as the baseline) chooses the weights on the
 tuning set: from the first pass's own point and ``--restarts`` random ones (default 1), without
 cross-validation (``--folds``, default 1). (``afp tune``'s own defaults, 3 and 5, cost about ten
@@ -187,7 +187,7 @@ class Loaded:
 def load_system(system: System, cache: Path = CACHE) -> Loaded:
     """Load the model(s) of ``system`` on the CPU (timed) and build its scoring function."""
     from afp.options import build_options
-    from bench.baselines import first_pass_nbest, kaldi_style_scored, nbest_lattice, nbest_scored
+    from afp.baselines import first_pass_nbest, kaldi_style_scored, nbest_lattice, nbest_scored
     from lattices.rescore import score_for_options
 
     tick = time.perf_counter()

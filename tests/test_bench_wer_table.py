@@ -13,7 +13,7 @@ import torch
 
 from afp.wer import read_hypotheses
 from bench import pocketsphinx_wer_table as table_mod
-from bench.baselines import first_pass_nbest, kaldi_style_scored, nbest_lattice, nbest_scored, sentence_logprobs
+from afp.baselines import first_pass_nbest, kaldi_style_scored, nbest_lattice, nbest_scored, sentence_logprobs
 from bench.report import render
 from lattices.formats import read_lattice_file
 from lattices.oracle import oracle_errors

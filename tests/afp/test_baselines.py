@@ -1,4 +1,4 @@
-"""bench.baselines, the comparison methods only the benchmarks run (n-best and Kaldi-style rescoring
+"""afp.baselines, the comparison methods of the WER table (n-best and Kaldi-style rescoring
 with a full-history RNN), on lattices written out here and a tiny exact GRU: the values each
 method gives, worked out independently (the RNN's own per-token log-probabilities)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from afp.options import build_options
-from bench.baselines import first_pass_nbest, kaldi_style_scored, nbest_scored
+from afp.baselines import first_pass_nbest, kaldi_style_scored, nbest_scored
 from lattices.lattice import Lattice
 from lattices.rescore import rescore_scored
 from lm.checkpoint import LoadedModel

@@ -1,7 +1,8 @@
 """The rescoring methods in use today, each driving a full-recurrence (BPTT) RNN, for comparison.
 
-Bench-only code: the library offers neither (an AFP model needs neither), and these functions are
-tested on their own (``tests/test_bench_baselines.py``, ``tests/test_bench_wer_table.py``).
+The engine needs neither (an AFP model rescores exactly); they are here so that the WER table
+(``bench.pocketsphinx_wer_table``) and a user can compare exact rescoring with them by the same
+tuning and search (tests: ``tests/afp/test_baselines.py``, ``tests/test_bench_wer_table.py``).
 
 (a) :func:`nbest_scored` (icefall's way): take the n best distinct word sequences of the lattice
     under its own scores (:func:`first_pass_nbest`) and score each with the RNN's sentence forward
