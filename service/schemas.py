@@ -124,8 +124,8 @@ class Hypothesis(BaseModel):
     acoustic: float = Field(description="acoustic log-likelihood, unscaled")
     lm_logprob: float = Field(description="the model's natural-log probability of the words, </s> included")
     old_lm: float = Field(description="the old-LM score (the lattice's graph score, an n-best list's lm score)")
-    scores: dict[str, float] = Field(default_factory=dict, description="the named first-pass scores, unscaled")
-    unk: int = Field(default=0, description="words scored as <unk>")
+    scores: dict[str, float] = Field(description="the named first-pass scores, unscaled")
+    unk: int = Field(description="words scored as <unk>")
     word_posteriors: list[float] | None = Field(default=None, description="with posteriors: one per word of `words` (epsilons and skipped symbols have none), each in [0, 1]")
 
 
@@ -133,12 +133,12 @@ class LatticeResult(BaseModel):
     key: str
     best: Hypothesis
     nbest: list[Hypothesis]
-    first_pass: Hypothesis | None = Field(default=None, description="the first pass's own 1-best (an n-best "
-                                          "list's first hypothesis; a lattice's best path under its own scores)")
-    changed: bool = Field(default=False, description="rescoring changed the 1-best words")
-    decode: str = "viterbi"
-    score_weights: dict[str, float] = Field(default_factory=dict)
-    unk_penalty: float = 0.0
+    first_pass: Hypothesis | None = Field(description="the first pass's own 1-best (an n-best list's first "
+                                          "hypothesis; a lattice's best path under its own scores)")
+    changed: bool = Field(description="rescoring changed the 1-best words")
+    decode: str = Field(description="viterbi or mbr: how best was chosen")
+    score_weights: dict[str, float] = Field(description="the weight of each named first-pass score")
+    unk_penalty: float
     lm_weight: float
     acoustic_scale: float
     old_lm_weight: float
@@ -152,14 +152,18 @@ class LatticeResult(BaseModel):
     unique_contexts: int
     scored_pairs: int
     rho: int
+    future: int = Field(description="words of right context the features look ahead (0: causal)")
+    features: list[str] = Field(description="the acausal window models added as named scores")
     oov: int = Field(description="distinct out-of-vocabulary words in the lattice (scored as <unk>)")
-    oov_words: list[str]
-    recased: int = Field(default=0, description="distinct words looked up in the model's case (match_case)")
-    recased_words: list[list[str]] = Field(default_factory=list, description="[word, the model's spelling] pairs "
-                                                                            "(the first 20)")
-    kbest_expanded: int = Field(default=0, description="(state, word prefix) nodes the n-best search expanded")
-    nbest_complete: bool = Field(default=True, description="false when the n-best search stopped at its bound "
-                                 "(max_kbest_paths) before finding every hypothesis asked for")
+    oov_words: list[str] = Field(description="those words (the first 50)")
+    oov_share: float = Field(description="out-of-vocabulary words over the distinct words the model scored")
+    recased: int = Field(description="distinct words looked up in the model's case (match_case)")
+    recased_words: list[list[str]] = Field(description="[word, the model's spelling] pairs (the first 20)")
+    old_lm_score: str | None = Field(description="what the old LM was: a named score of the input, or 'old-lm "
+                                                 "scorer' (an n-gram given as the old LM)")
+    kbest_expanded: int = Field(description="(state, word prefix) nodes the n-best search expanded")
+    nbest_complete: bool = Field(description="false when the n-best search stopped at its bound "
+                                             "(max_kbest_paths) before finding every hypothesis asked for")
     pruned: dict[str, Any] | None
     stages: list[dict[str, Any]] | None = Field(
         default=None, description="when the lattice was made small before its expansion (lattices/reduce.py): each "

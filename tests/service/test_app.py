@@ -79,13 +79,14 @@ def library_answer(library, payload, fmt: str, symbols=None, **options) -> list:
 
 
 def assert_same_answer(rows: list[dict], expected: list) -> None:
-    """The HTTP answer's results are the library's, in the response's shape (``LatticeResult``: the
-    fields it has, its defaults where the library's line has none): every field equal, the keys and
-    words (best, n-best, first pass) exactly and every score within :data:`afp.compare.SCORE_TOLERANCE`."""
-    from service.schemas import LatticeResult
-
-    want = [LatticeResult.model_validate(result.to_json()).model_dump(exclude={"lattice"}) for result in expected]
-    assert [sorted(set(row) - {"lattice"}) for row in rows] == [sorted(w) for w in want]
+    """The HTTP answer's results are the library's (``afp rescore --json``'s lines): every field of
+    the library's line is there (what the answer has beyond it is null: a field the library leaves
+    out when it has nothing to say), the keys and words (best, n-best, first pass) exactly, and every
+    score within :data:`afp.compare.SCORE_TOLERANCE`."""
+    want = [result.to_json() for result in expected]
+    assert [sorted(set(w) - set(row)) for row, w in zip(rows, want)] == [[]] * len(want), "fields the answer lacks"
+    assert [{k: row[k] for k in set(row) - set(w) - {"lattice"} if row[k] is not None}
+            for row, w in zip(rows, want)] == [{}] * len(want)
     assert [(r["key"], r["best"]["words"], [h["words"] for h in r["nbest"]]) for r in rows] == [
         (w["key"], w["best"]["words"], [h["words"] for h in w["nbest"]]) for w in want]
     found = compare_answers(want, rows, ignore=VOLATILE)
