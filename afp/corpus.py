@@ -200,9 +200,9 @@ class InputRescorer:
         from afp.outputs import JobOutputs
 
         self.job = job
-        # a corpus's inputs may be small, but the job is not: its workers start with its first input
+        # the workers start once the job's inputs have brought more than 4 lattices per worker
         self.ready = LoadedSetup(job.setup, return_lattice="lattices" in job.also, workers=job.workers,
-                                 batch_pairs=job.batch_pairs, processes_from=0)
+                                 batch_pairs=job.batch_pairs)
         # outputs that cannot be written for these options (--also ctm with several LM weights...)
         # fail the job now, not every input one by one
         JobOutputs(self._output_options(CorpusInput("input", "input"), Path(job.out_dir)), input_format=job.format,

@@ -129,8 +129,9 @@ class LoadedSetup:
     setup loaded once (:class:`afp.workers.LatticePool`, started at the first use and kept for the
     job: :meth:`close`); on a GPU, threads whose scoring meets in merged model calls of at most
     ``batch_pairs`` pairs (:func:`afp.jobs.rescore_all`). Starting the workers costs about a model
-    load: until they are started, an input of at most ``processes_from`` lattices (None: 4 per
-    worker) is done here, one lattice after another."""
+    load: the job's first ``processes_from`` lattices (None: 4 per worker), counted over every call
+    (a corpus job's inputs), are done here, one after another, and the workers start for a call
+    that brings more."""
 
     def __init__(self, setup: RescoreSetup, return_lattice: bool = False, workers: int = 1,
                  batch_pairs: int = DEFAULT_BATCH_PAIRS, processes_from: int | None = None) -> None:
@@ -148,6 +149,7 @@ class LoadedSetup:
         self.old_lm, self.features = setup.extra_scorers(self.loaded)
         self.untuned = setup.untuned  # the untuned-weights warning is still to be given
         self._pool: Any = None
+        self._done_here = 0  # lattices done in this process before the workers started
 
     @property
     def device(self) -> str:
@@ -194,14 +196,19 @@ class LoadedSetup:
 
     def _worth_processes(self, lattices: Iterable[Lattice]) -> tuple[bool, Iterable[Lattice]]:
         """Whether ``lattices`` go to the worker processes (started already, or more lattices than
-        :attr:`processes_from`), and the same lattices (the ones looked at ahead put back)."""
+        :attr:`processes_from` with those done here before, by earlier calls: a corpus job's
+        inputs), and the same lattices (the ones looked at ahead put back)."""
         if not self.uses_processes:
             return False, lattices
         if self._pool is not None:
             return True, lattices
         stream = iter(lattices)
-        ahead = list(itertools.islice(stream, self.processes_from + 1))
-        return len(ahead) > self.processes_from, itertools.chain(ahead, stream)
+        room = max(0, self.processes_from - self._done_here)
+        ahead = list(itertools.islice(stream, room + 1))
+        if len(ahead) > room:
+            return True, itertools.chain(ahead, stream)
+        self._done_here += len(ahead)
+        return False, ahead
 
     def outcomes(self, lattices: Iterable[Lattice], warn: Callable[[str], None] | None = None,
                  progress: bool | None = None) -> Iterator[list[RescoreResult] | Failure]:

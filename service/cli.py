@@ -377,7 +377,7 @@ def _workers(text: str) -> int:
 def _add_workers(p: argparse.ArgumentParser, batching: bool = True) -> None:
     p.add_argument("--workers", type=_workers, default="auto", metavar="N",
                    help="lattices at a time: N worker processes on a CPU, each with the model loaded once, started "
-                        "for an input of more than 4N lattices (auto, the default: the cores this process may use); "
+                        "once a job has brought more than 4N lattices (auto, the default: the cores this process may use); "
                         "on a GPU, N threads whose LM scoring is merged into one model call; results stay in input "
                         "order and equal one worker's")
     if not batching:

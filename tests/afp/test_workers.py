@@ -100,14 +100,19 @@ def test_tune_scores_its_dev_set_in_workers_with_the_same_report(model_dir, tmp_
     assert found.same and found.largest == 0.0, found.difference
 
 
-def test_a_small_input_is_done_in_this_process(model_dir, one_process):
-    """Starting workers costs a model load: an input of at most processes_from lattices never does."""
+def test_a_small_job_is_done_in_this_process_and_the_workers_start_once_its_inputs_bring_more(model_dir,
+                                                                                                one_process):
+    """Starting workers costs a model load: the first processes_from lattices of a job never do,
+    counted over its inputs (a corpus job's small files), and the workers start for the input that
+    brings more."""
     setup = RescoreSetup(model=ModelSpec(model=str(model_dir), device="cpu"), options={"nbest": 3})
     with LoadedSetup(setup, workers=2) as ready:
         assert ready.processes_from == 8
-        got = answers(ready.outcomes(lattices()[:8]))
+        got = answers(ready.outcomes(lattices()[:5])) + answers(ready.outcomes(lattices()[5:8]))
         assert ready._pool is None
-        found = compare_answers(one_process[:8], got, ignore=VOLATILE)
+        got += answers(ready.outcomes(lattices()[8:10]))  # 10 > 8: this input goes to the workers
+        assert ready._pool is not None
+        found = compare_answers(one_process[:10], got, ignore=VOLATILE)
         assert found.same and found.largest == 0.0, found.difference
 
 
