@@ -290,7 +290,7 @@ def test_kaldi_client_script_against_a_live_server(tmp_path):
         " print(' '.join(f))\n")
     for tool in fakes.iterdir():
         tool.chmod(0o755)
-    process, url = start_server(REPO / "models" / "conversational", "--no-access-log")
+    process, url = start_server(REPO / "models" / "conversational", "--processes", "1", "--no-access-log")
     try:
         env = {**os.environ, "PATH": f"{fakes}:{os.environ['PATH']}", "AFP_URL": url,
                "INT2SYM": str(fakes / "int2sym.pl")}

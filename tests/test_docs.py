@@ -88,7 +88,7 @@ def server_url():
     ``$AFP_URL`` (started once per module and worker, on first use)."""
     from tests.service.test_server_process import start_server
 
-    process, url = start_server(REPO / "models" / "conversational", "--no-access-log")
+    process, url = start_server(REPO / "models" / "conversational", "--processes", "1", "--no-access-log")
     try:
         yield url
     finally:

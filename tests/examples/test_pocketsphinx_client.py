@@ -88,7 +88,7 @@ def test_the_client_decodes_real_speech_and_rescores_through_the_api_and_the_ser
     assert any(row["rescored"] != row["decoder"] for row in local)  # the model changes some answers
     # through a server, the two shortest files (decoding is most of the client's time)
     short = sorted(sorted(AUDIO, key=lambda p: p.stat().st_size)[:2])  # in name order, as the shell globs
-    process, url = start_server(REPO / MODEL, "--no-access-log")
+    process, url = start_server(REPO / MODEL, "--processes", "1", "--no-access-log")
     try:
         remote = [json.loads(line) for line in
                   run_client("--server", url, "--wait", "30", "--json", audio=short).splitlines()]

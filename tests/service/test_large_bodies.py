@@ -69,7 +69,7 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(model):
     """A 1 MB limit; a drain long enough for 256 MB on a slow machine, an idle limit of 3 s."""
-    process, url = start_server(model, "--no-access-log", env={
+    process, url = start_server(model, "--processes", "1", "--no-access-log", env={
         "AFP_MAX_BODY_BYTES": str(LIMIT), "AFP_BODY_DRAIN_S": "120", "AFP_BODY_DRAIN_IDLE_S": "3"})
     yield process, url
     process.terminate()
@@ -207,7 +207,7 @@ def test_a_client_that_stops_sending_is_cut_off_after_the_idle_limit(server):
 def short_drain_server(model):
     """A drain of 2 s in all; the idle limit (default 5 s) is never reached by a client that
     sends every 50 ms."""
-    process, url = start_server(model, "--no-access-log", env={"AFP_MAX_BODY_BYTES": str(LIMIT),
+    process, url = start_server(model, "--processes", "1", "--no-access-log", env={"AFP_MAX_BODY_BYTES": str(LIMIT),
                                                                "AFP_BODY_DRAIN_S": "2"})
     yield url
     process.terminate()
