@@ -278,7 +278,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     secured = [Depends(require_token)]
     app.include_router(rescore.router, dependencies=secured)
     document_request_bodies(app, {"RescoreRequest": RescoreRequest, "PerplexityRequest": PerplexityRequest},
-                            max_nbest=settings.max_nbest)
+                            limits=settings.limits())
     app.include_router(perplexity.router, dependencies=secured)
     app.include_router(models.router, dependencies=secured)
     app.include_router(health.router)

@@ -100,11 +100,14 @@ def json_response(model: type[BaseModel], content: dict[str, Any], deadline: flo
     return Response(body, media_type="application/json")
 
 
-def document_request_bodies(app: Any, models: dict[str, type[BaseModel]], max_nbest: int | None = None) -> None:
+def document_request_bodies(app: Any, models: dict[str, type[BaseModel]],
+                            limits: dict[str, float] | None = None) -> None:
     """Put ``models`` (component name -> model) into the app's OpenAPI components: routes that read
     the raw body refer to them from ``openapi_extra``, and FastAPI does not register them itself.
-    ``max_nbest``: the server's own limit (``AFP_MAX_NBEST``), published as the ``maximum`` of every
-    ``nbest`` request field and query parameter."""
+    ``limits``: the server's own (:meth:`service.settings.Settings.limits`), published whole as
+    ``info["x-afp-limits"]``, ``max_nbest`` also as the ``maximum`` of every ``nbest`` request
+    field and query parameter, and ``max_sentences`` as the ``maxItems`` of a perplexity
+    request's ``sentences``."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -115,8 +118,12 @@ def document_request_bodies(app: Any, models: dict[str, type[BaseModel]], max_nb
                 extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(extra.pop("$defs", {}))
                 components[name] = extra
-            if max_nbest is not None:
-                _publish_nbest_limit(schema, max_nbest)
+            if limits is not None:
+                schema.setdefault("info", {})["x-afp-limits"] = dict(limits)
+                _publish_nbest_limit(schema, int(limits["max_nbest"]))
+                sentences = components.get("PerplexityRequest", {}).get("properties", {}).get("sentences")
+                if sentences is not None:
+                    sentences["maxItems"] = int(limits["max_sentences"])
             app.openapi_schema = schema
         return app.openapi_schema
 

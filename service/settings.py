@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -92,6 +92,15 @@ class Settings(BaseSettings):
 
     auth_token: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
+
+    #: the limits a request meets, published in the OpenAPI schema (``info["x-afp-limits"]``)
+    LIMITS: ClassVar[tuple[str, ...]] = ("max_body_bytes", "max_json_depth", "max_lattices", "max_lattice_arcs",
+                                         "max_expanded_arcs", "max_nbest", "max_sentences", "max_sentence_words",
+                                         "request_timeout_s")
+
+    def limits(self) -> dict[str, float]:
+        """Each of :data:`LIMITS` with this server's value."""
+        return {name: getattr(self, name) for name in self.LIMITS}
 
     @field_validator("processes", mode="before")
     @classmethod

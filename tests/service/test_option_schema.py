@@ -313,6 +313,28 @@ def test_the_servers_nbest_limit_is_in_its_schema(model_dir):
         assert reply.status_code == 422 and "over the limit 7" in reply.json()["error"]["message"]
 
 
+def test_the_servers_request_limits_are_in_its_schema_and_hold_where_it_says(model_dir):
+    """Every request limit is published (``info["x-afp-limits"]``), and the published numbers are
+    the ones a request meets: as many sentences as ``maxItems`` (and as x-afp-limits says) are
+    scored, one more is refused; a lattice over max_lattice_arcs and a body over max_body_bytes
+    are refused."""
+    from tests.service.test_app import client_for
+
+    with client_for(model_dir, max_sentences=3, max_lattice_arcs=2, max_body_bytes=4096) as client:
+        schema = client.get("/openapi.json").json()
+        limits = schema["info"]["x-afp-limits"]
+        assert {"max_body_bytes", "max_lattices", "max_lattice_arcs", "max_expanded_arcs", "max_nbest",
+                "max_sentences", "max_sentence_words", "request_timeout_s"} <= set(limits)
+        most = schema["components"]["schemas"]["PerplexityRequest"]["properties"]["sentences"]["maxItems"]
+        assert most == limits["max_sentences"]
+        assert client.post("/v1/perplexity", json={"sentences": ["the cat"] * most}).status_code == 200
+        assert client.post("/v1/perplexity", json={"sentences": ["the cat"] * (most + 1)}).status_code == 422
+        arcs = "u\n" + "".join(f"0 1 {w} 1,1,\n" for w in ["a", "b", "c"][:limits["max_lattice_arcs"] + 1]) + "1 0,0,\n"
+        assert client.post("/v1/rescore", json={"format": "kaldi", "lattice": arcs}).status_code == 422
+        assert client.post("/v1/rescore", content=b"x" * (limits["max_body_bytes"] + 1),
+                           headers={"Content-Type": "text/plain"}).status_code == 413
+
+
 def test_the_score_weights_query_pattern_takes_what_the_parser_takes(client):
     """The published pattern and afp.options.parse_score_weights agree: empty (no named weights)
     and NAME=W lists are taken, a name without a weight is not; an empty query value is answered."""
