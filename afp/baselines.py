@@ -38,6 +38,7 @@ from lattices.kbest import search_distinct
 from lattices.lattice import Lattice
 from lattices.rescore import RescoreOptions, score_for_options
 from lattices.scored import ScoredLattice
+from lattices.scorer import ForwardingScorer
 from lattices.search import Dag
 from lm.checkpoint import LoadedModel
 from lm.corpus import EncodedCorpus
@@ -105,21 +106,15 @@ def sentence_logprobs(rnn: LoadedModel, sentences: Sequence[Sequence[str]], matc
     return [float(t.sum()) for t in score_corpus(rnn.model, corpus, batch_size=256).token_logprobs]
 
 
-class SilentScorer:
+class SilentScorer(ForwardingScorer):
     """A :class:`~lattices.scorer.ContextScorer` that gives every (context, word) pair log-probability
     0, with the word ids and unknown words of ``base`` and a context of ``context_size`` tokens:
     the engine's expansion and components for a model it cannot drive itself (a full-history RNN),
     whose own scores are put in afterwards."""
 
     def __init__(self, base: Any, context_size: int) -> None:
-        self.base, self.context_size = base, context_size
-        self.bos_id, self.eos_id, self.unk_id = base.bos_id, base.eos_id, base.unk_id
-
-    def word_ids(self, words: Sequence[str]) -> Tensor:
-        return self.base.word_ids(words)
-
-    def known(self, words: Sequence[str]) -> Tensor:
-        return self.base.known(words)
+        super().__init__(base)
+        self.context_size = context_size
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         return torch.zeros(targets.shape[0], dtype=torch.float32, device=targets.device)

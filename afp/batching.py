@@ -29,7 +29,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lattices.ops import DeadlineExceeded
-from lattices.scorer import ContextScorer
+from lattices.scorer import ContextScorer, ForwardingScorer
 
 
 #: the most (context, word) pairs one merged model call gets (``--batch-pairs``, ``AFP_BATCH_MAX_PAIRS``)
@@ -77,7 +77,7 @@ def is_out_of_memory(err: BaseException) -> bool:
             or (isinstance(err, RuntimeError) and "out of memory" in str(err)))
 
 
-class BatchingScorer:
+class BatchingScorer(ForwardingScorer):
     """A :class:`~lattices.scorer.ContextScorer` that merges concurrent calls into one model call.
 
     Args:
@@ -93,9 +93,7 @@ class BatchingScorer:
                  max_pairs: int = DEFAULT_BATCH_PAIRS, on_batch: Callable[[int, int], None] | None = None) -> None:
         if max_pairs < 1:
             raise ValueError(f"max_pairs must be positive, got {max_pairs}")
-        self.inner = inner
-        self.context_size: int | None = inner.context_size
-        self.bos_id, self.eos_id, self.unk_id = inner.bos_id, inner.eos_id, inner.unk_id
+        super().__init__(inner)
         self.enabled, self.max_wait, self.max_pairs = enabled, max_wait, max_pairs
         self.on_batch = on_batch
         self._model_lock = threading.Lock()
@@ -114,12 +112,6 @@ class BatchingScorer:
         return self if deadline is None else _Until(self, deadline)
 
     # ------------------------------------------------------------------ ContextScorer
-    def word_ids(self, words: Sequence[str]) -> Tensor:
-        return self.inner.word_ids(words)
-
-    def known(self, words: Sequence[str]) -> Tensor:
-        return self.inner.known(words)
-
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor,
               timeout: float | None = None) -> Tensor:
         """:meth:`ContextScorer.score`, merged with concurrent calls.
@@ -292,21 +284,16 @@ def _free_cached_memory() -> None:
         torch.cuda.empty_cache()
 
 
-class _Until:
+class _Until(ForwardingScorer):
     """:meth:`BatchingScorer.until`: the batcher as a :class:`~lattices.scorer.ContextScorer`
     (every member forwarded), with a deadline on every score call."""
 
+    inner: BatchingScorer
+
     def __init__(self, batcher: BatchingScorer, deadline: float) -> None:
-        self._batcher, self._deadline = batcher, deadline
-        self.context_size: int | None = batcher.context_size
-        self.bos_id, self.eos_id, self.unk_id = batcher.bos_id, batcher.eos_id, batcher.unk_id
-
-    def word_ids(self, words: Sequence[str]) -> Tensor:
-        return self._batcher.word_ids(words)
-
-    def known(self, words: Sequence[str]) -> Tensor:
-        return self._batcher.known(words)
+        super().__init__(batcher)
+        self._deadline = deadline
 
     def score(self, contexts: Tensor, lengths: Tensor, targets: Tensor, target_context: Tensor) -> Tensor:
         timeout = max(0.0, self._deadline - time.monotonic())
-        return self._batcher.score(contexts, lengths, targets, target_context, timeout=timeout)
+        return self.inner.score(contexts, lengths, targets, target_context, timeout=timeout)

@@ -27,9 +27,9 @@ __all__ = ["DEFAULT_FOLD_RESTARTS", "DEFAULT_FOLDS", "DEFAULT_RESTARTS", "DEFAUL
            "TuneJobError", "comparison_text", "grid_report_lines", "joint_report_lines", "load_tuner", "parse_values",
            "run_tune_job"]
 
-#: a grid's values where its option is not given (``--lm-weights`` ...), as the options' texts
 #: a grid's rows ``afp tune`` prints, best first (``--top``)
 GRID_TOP = 15
+#: a grid's values where its option is not given (``--lm-weights`` ...), as the options' texts
 GRID_DEFAULTS = {"lm_weights": "0:1:0.1", "old_lm_weights": "0,0.5,1", "word_penalties": "0", "unk_penalties": "0"}
 #: the joint search's defaults, :func:`afp.tune.joint_tune`'s own: random restarts, cross-validation
 #: folds and each fold's own restarts, the seed of the restarts and the bootstrap

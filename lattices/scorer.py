@@ -59,6 +59,23 @@ class ContextScorer(Protocol):
         ...
 
 
+class ForwardingScorer:
+    """The word side of a :class:`ContextScorer` answered by ``inner``: its ``context_size``, the
+    ids of ``<s>``, ``</s>`` and ``<unk>``, :meth:`word_ids` and :meth:`known`. A subclass gives
+    :meth:`ContextScorer.score` (the server's batcher, its deadline view, a baseline's zeros)."""
+
+    def __init__(self, inner: ContextScorer) -> None:
+        self.inner = inner
+        self.context_size: int | None = inner.context_size
+        self.bos_id, self.eos_id, self.unk_id = inner.bos_id, inner.eos_id, inner.unk_id
+
+    def word_ids(self, words: Sequence[str]) -> Tensor:
+        return self.inner.word_ids(words)
+
+    def known(self, words: Sequence[str]) -> Tensor:
+        return self.inner.known(words)
+
+
 @runtime_checkable
 class WindowScorer(Protocol):
     """An acausal window model seen from the lattice engine (a rescoring *feature*): it scores a
