@@ -375,6 +375,11 @@ def looks_like_srilm_nbest(lines: list[str]) -> bool:
 # ---------------------------------------------------------------------------------- ESPnet
 _KBEST = re.compile(r"([1-9][0-9]*)best_recog")
 _TENSOR = re.compile(r"tensor\(\s*([^(),\s]+)\s*(?:,[^()]*)?\)")
+#: what ESPnet itself writes in a ``scores`` line, ``{"decoder": "tensor(-9.85)", "ctc": ...}``: read
+#: by one match and ``float`` (5 times faster than ``json.loads`` and a check per value); any other
+#: line, or a value that is not a finite float, goes the general way, which names what is wrong
+_PLAIN_SCORES = re.compile(r'\{"\w+": "tensor\([-+.\w]+\)"(?:, "\w+": "tensor\([-+.\w]+\)")*\}')
+_PLAIN_SCORE = re.compile(r'"(\w+)": "tensor\(([-+.\w]+)\)"')
 
 
 def is_espnet_nbest_dir(path: str | Path) -> bool:
@@ -427,6 +432,13 @@ def _espnet_number(value: Any, fail: Any, what: str) -> float:
 
 
 def _espnet_scores(text: str, fail: Any) -> dict[str, float]:
+    if _PLAIN_SCORES.fullmatch(text):
+        try:
+            scores = {name: float(value) for name, value in _PLAIN_SCORE.findall(text)}
+        except ValueError:
+            scores = {}
+        if scores and all(math.isfinite(v) for v in scores.values()):
+            return scores
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):

@@ -669,3 +669,37 @@ def test_fuzz_espnet(folders: list[dict[str, bytes]], first: int) -> None:
     assert first == 1
     for nbest in lists:
         _check_nbest(nbest)
+
+
+def _scores_or_error(text: str) -> dict[str, float] | str:
+    from lattices.formats.nbest import _espnet_scores
+
+    def fail(message: str) -> LatticeFormatError:
+        return LatticeFormatError(message, source="scores", line=1, key="u")
+
+    try:
+        return _espnet_scores(text, fail)
+    except LatticeFormatError as err:
+        return str(err)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["decoder", "ctc", "lm", "a_1", "é"]),
+                          st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                                    st.sampled_from(["1e999", "-0", "1.2.3", "0x10", "1_000", "+.5e-3", "nan", "", "-"]))),
+                min_size=1, max_size=4))
+def test_espnets_own_score_lines_read_as_the_general_way_reads_them(entries) -> None:
+    """The one-match path for lines as ESPnet writes them gives the general reader's scores, or
+    its error (a value that is no finite float takes the general way)."""
+    import re
+    from lattices.formats import nbest
+
+    text = "{" + ", ".join(f'"{name}": "tensor({value})"' for name, value in entries) + "}"
+    fast = _scores_or_error(text)
+    saved, nbest._PLAIN_SCORES = nbest._PLAIN_SCORES, re.compile(r"(?!)")
+    try:
+        general = _scores_or_error(text)
+    finally:
+        nbest._PLAIN_SCORES = saved
+    assert fast == general
+    assert nbest._PLAIN_SCORES.fullmatch('{"decoder": "tensor(-9.8537)", "ctc": "tensor(-8.9511)", "lm": "tensor(-121.6522)"}')
