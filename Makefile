@@ -17,8 +17,9 @@ install: $(STAMP)
 # wheel may come from a local index): an unpinned torch pulls a multi-GB CUDA build. The project and
 # its extras then go in by uv, Astral's drop-in for pip (an installer only: nothing imports it). It
 # resolves and installs their 90 packages in about 4 s where pip takes about 23 s, most of it
-# resolving; the versions are pip's, and the torch already there is kept. Where uv cannot be had,
-# or fails, pip does it.
+# resolving; the versions are pip's, and the torch already there is kept. uv reads the system's
+# certificate store (--system-certs): a TLS proxy whose CA the system trusts works. Where uv cannot be
+# had, or fails, pip does it.
 #
 # Nothing is byte-compiled at install time (pip would compile all 12,700 files, one at a time: 72 s
 # on 2 cores; compileall on both cores 21 s): Python compiles the modules a run imports, once, as
@@ -28,7 +29,7 @@ install: $(STAMP)
 unexport PYTHONDONTWRITEBYTECODE
 
 # The project, editable, with the extra $(1): by uv, else (no uv, or it failed) by pip.
-install_extra = $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[$(1)]' \
+install_extra = $(BIN)/uv pip install --quiet --system-certs --python $(BIN)/python -e '.[$(1)]' \
 	|| $(BIN)/pip install --quiet --no-compile -e '.[$(1)]'
 
 $(STAMP): pyproject.toml
