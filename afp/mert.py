@@ -86,12 +86,10 @@ class Problem:
         """Total word errors at ``point`` (the first hypothesis of equal scores wins, as in rescoring)."""
         self.evaluations += 1
         total = 0
-        vectors: dict[float, numpy.ndarray] = {}  # one per acoustic scale (tables mostly share one)
+        # one weight vector per acoustic scale (the tables mostly share one), not one per table
+        vectors = {scale: self.vector(point, scale) for scale in {table.acoustic_scale for table in self.tables}}
         for table in self.tables:
-            vector = vectors.get(table.acoustic_scale)
-            if vector is None:
-                vector = vectors[table.acoustic_scale] = self.vector(point, table.acoustic_scale)
-            scores = table.parts @ vector
+            scores = table.parts @ vectors[table.acoustic_scale]
             total += int(table.errors[int(numpy.argmax(scores))])  # argmax: the first of equals
         return total + (sum(self.lattice_set.errors(point)) if self.lattices else 0)
 

@@ -436,9 +436,10 @@ def _espnet_scores(text: str, fail: Any) -> dict[str, float]:
         try:
             scores = {name: float(value) for name, value in _PLAIN_SCORE.findall(text)}
         except ValueError:
-            scores = {}
-        if scores and all(math.isfinite(v) for v in scores.values()):
-            return scores
+            pass  # a value float() does not read: the general way names it
+        else:
+            if all(map(math.isfinite, scores.values())):
+                return scores
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):

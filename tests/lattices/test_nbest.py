@@ -702,4 +702,11 @@ def test_espnets_own_score_lines_read_as_the_general_way_reads_them(entries) -> 
     finally:
         nbest._PLAIN_SCORES = saved
     assert fast == general
-    assert nbest._PLAIN_SCORES.fullmatch('{"decoder": "tensor(-9.8537)", "ctc": "tensor(-8.9511)", "lm": "tensor(-121.6522)"}')
+
+
+def test_espnets_own_score_line_takes_the_one_match_path() -> None:
+    from lattices.formats import nbest
+
+    line = '{"decoder": "tensor(-9.8537)", "ctc": "tensor(-8.9511)", "lm": "tensor(-121.6522)"}'
+    assert nbest._PLAIN_SCORES.fullmatch(line)
+    assert _scores_or_error(line) == {"decoder": -9.8537, "ctc": -8.9511, "lm": -121.6522}
