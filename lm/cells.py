@@ -40,6 +40,12 @@ class RecurrentCell(nn.Module, ABC):
     def step(self, state: Tensor, u: Tensor) -> Tensor:
         """New state from the previous state and a projected input; shapes ``(..., state_size)``."""
 
+    def step_from(self, state: Tensor, projected: Tensor, index: Tensor) -> Tensor:
+        """``step(state, projected[index])``: ``state: (N, state_size)``, ``projected: (U,
+        projection_size)`` the input parts of U tokens, ``index: int64 (N,)`` each row's token. A
+        cell may fuse the gather into its step (the GRU does, without autograd)."""
+        return self.step(state, projected.index_select(0, index))
+
     def output(self, state: Tensor) -> Tensor:
         """Features for the output layer. ``(..., state_size) -> (..., output_size)``."""
         return state
@@ -107,12 +113,47 @@ class GRUCell(RecurrentCell):
         return self.input_weights(x)
 
     def step(self, state: Tensor, u: Tensor) -> Tensor:
+        if not torch.is_grad_enabled():
+            return self._step_in_place(state, u)
         ur, uz, un = u.chunk(3, dim=-1)
         hr, hz, hn = self.recurrent_weights(state).chunk(3, dim=-1)
         r = torch.sigmoid(ur + hr)
         z = torch.sigmoid(uz + hz)
         n = torch.tanh(un + r * hn)
         return (1 - z) * n + z * state
+
+    def step_from(self, state: Tensor, projected: Tensor, index: Tensor) -> Tensor:
+        if torch.is_grad_enabled():
+            return self.step(state, projected.index_select(0, index))
+        return self._fused(state, self._gate_table(projected).index_select(0, index))
+
+    def _step_in_place(self, state: Tensor, u: Tensor) -> Tensor:
+        """:meth:`step` without autograd: :meth:`_fused` on ``u``'s rows."""
+        leading = state.shape[:-1]
+        out = self._fused(state.reshape(-1, self.state_size), self._gate_table(u.reshape(-1, u.shape[-1])))
+        return out.view(*leading, self.state_size)
+
+    def _gate_table(self, u: Tensor) -> Tensor:
+        """``(K, 4 * hidden)``: ``[u_r + b_r, u_z + b_z, b_n, u_n]`` of projected inputs ``u: (K, 3 *
+        hidden)`` and the recurrent bias ``b``: what each row's gates start from in :meth:`_fused`."""
+        hidden, bias = self.state_size, self.recurrent_weights.bias
+        return torch.cat([u[:, :2 * hidden] + bias[:2 * hidden], bias[2 * hidden:].expand(u.shape[0], hidden),
+                          u[:, 2 * hidden:]], dim=1)
+
+    def _fused(self, state: Tensor, gates: Tensor) -> Tensor:
+        """One step of the rows of ``state: (N, hidden)`` from their :meth:`_gate_table` rows
+        ``gates: (N, 4 * hidden)`` (overwritten), the values of :meth:`step` to float32 rounding
+        (``tests/lm/test_cells.py``) at a fraction of its memory traffic: the recurrent matmul
+        accumulates into ``gates`` (no bias copied per row), the gates are computed in its memory,
+        ``tanh(x)`` is ``2 sigmoid(2 x) - 1`` (torch's CPU ``tanh`` is several times slower than its
+        ``sigmoid``; doubling is exact) and ``(1 - z) n + z h`` is ``n + z (h - n)``, the one fresh
+        ``(N, hidden)`` tensor besides ``gates``."""
+        hidden = self.state_size
+        gates[:, :3 * hidden].addmm_(state, self.recurrent_weights.weight.t())
+        rz = gates[:, :2 * hidden].sigmoid_()
+        n = gates[:, 2 * hidden:3 * hidden].mul_(rz[:, :hidden]).add_(gates[:, 3 * hidden:])
+        n.mul_(2).sigmoid_().mul_(2).sub_(1)  # tanh
+        return torch.sub(state, n).mul_(rz[:, hidden:]).add_(n)
 
 
 class SCRNCell(RecurrentCell):

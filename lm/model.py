@@ -476,10 +476,11 @@ class RecurrentLM(LanguageModel):
             keys, inverse = torch.unique(owner * base + (tokens[:, t] + 1), return_inverse=True)
             row = torch.empty(keys.shape[0], dtype=torch.int64, device=contexts.device)
             row.scatter_(0, inverse, torch.arange(n, device=contexts.device))  # a row of each prefix
-            previous = state[owner[row]]
+            previous = state.index_select(0, owner[row])
             word = tokens[row, t]
-            stepped = self.cell.step(previous, projected[word_of[row, t]])
-            state = torch.where((word >= 0).view(-1, *([1] * (stepped.dim() - 1))), stepped, previous)
+            state = self.cell.step_from(previous, projected, word_of[row, t])
+            padding = (word < 0).nonzero().squeeze(1)  # prefixes still all padding (rows near a sentence start)
+            state.index_copy_(0, padding, previous.index_select(0, padding))  # keep their state
             owner = inverse
         return self.cell.output(state[owner])
 

@@ -71,10 +71,40 @@ def picked_log_softmax(features: Tensor, weight: Tensor, bias: Tensor | None, ro
     Returns:
       float32 ``(M,)``.
     """
+    if precision == "fp32":
+        return _picked_fp32(features, weight, bias, rows, cols)
+    if precision != "bf16":
+        raise ValueError(f"output precision must be fp32 or bf16, got {precision!r}")
     target = (features[rows] * weight[cols]).sum(dim=1, dtype=torch.float32)
     if bias is not None:
         target = target + bias[cols]
-    return target - _log_sum_exp(features, weight, bias, precision, low_weight, refine)[rows]
+    return target - _bf16_log_sum_exp(features, weight, bias, low_weight, refine)[rows]
+
+
+def _picked_fp32(features: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, cols: Tensor) -> Tensor:
+    """:func:`picked_log_softmax` in float32: ``torch.log_softmax`` of the logits, in blocks of
+    rows (:data:`CPU_BLOCK_LOGITS` logits on the CPU, every row at once elsewhere), each block's
+    wanted entries picked from it. float32 ``(M,)``."""
+    n = features.shape[0]
+    if torch.is_grad_enabled() and (features.requires_grad or weight.requires_grad):
+        return torch.log_softmax(F.linear(features, weight, bias), dim=1)[rows, cols]  # autograd's own path
+    step = max(1, CPU_BLOCK_LOGITS // weight.shape[0]) if features.device.type == "cpu" else max(1, n)
+    if step >= n:
+        return torch.log_softmax(F.linear(features, weight, bias).float(), dim=1)[rows, cols]
+    order = torch.argsort(rows)
+    sorted_rows = rows[order]
+    bounds = torch.searchsorted(sorted_rows, torch.arange(0, n + step, step, device=rows.device)).tolist()
+    out = features.new_empty(rows.shape[0], dtype=torch.float32)
+    block = features.new_empty(step, weight.shape[0], dtype=torch.float32)
+    for i, start in enumerate(range(0, n, step)):
+        lo, hi = bounds[i], bounds[i + 1]
+        if lo == hi:  # no entry wanted from these rows
+            continue
+        logits = F.linear(features[start:start + step], weight, bias).float()
+        picked = torch.log_softmax(logits, dim=1, out=block[:logits.shape[0]])
+        take = order[lo:hi]
+        out[take] = picked[sorted_rows[lo:hi] - start, cols[take]]
+    return out
 
 
 def logsumexp_in_place(values: Tensor) -> Tensor:
@@ -92,19 +122,11 @@ def logsumexp_in_place(values: Tensor) -> Tensor:
     return values.sub_(maxes).exp_().sum(dim=1).log_().add_(maxes.squeeze(1))
 
 
-def _log_sum_exp(features: Tensor, weight: Tensor, bias: Tensor | None, precision: str,
-                 low_weight: Tensor | None, refine: int) -> Tensor:
-    """float32 ``(N,)``: ``logsumexp(features @ weight.T + bias, dim=1)``; the ``(N, V)`` logits
-    are the only vocabulary-sized tensor made (:func:`logsumexp_in_place`)."""
-    if precision == "fp32":
-        rows = features.shape[0]
-        step = max(1, CPU_BLOCK_LOGITS // weight.shape[0] if features.device.type == "cpu" else rows)
-        out = features.new_empty(rows, dtype=torch.float32)
-        for start in range(0, rows, step):  # CPU_BLOCK_LOGITS at a time on the CPU, every row at once elsewhere
-            out[start:start + step] = logsumexp_in_place(F.linear(features[start:start + step], weight, bias).float())
-        return out
-    if precision != "bf16":
-        raise ValueError(f"output precision must be fp32 or bf16, got {precision!r}")
+def _bf16_log_sum_exp(features: Tensor, weight: Tensor, bias: Tensor | None, low_weight: Tensor | None,
+                      refine: int) -> Tensor:
+    """float32 ``(N,)``: ``logsumexp(features @ weight.T + bias, dim=1)`` by the ``bf16`` steps 1-3
+    of the module docstring; the ``(N, V)`` approximate logits are the only vocabulary-sized
+    tensor made (:func:`logsumexp_in_place`)."""
     if low_weight is None:
         low_weight = low_precision_weight(weight)
     hi = features.to(torch.bfloat16)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lm.checkpoint import load_checkpoint
 from lm.corpus import load_corpus
-from lm.output import _log_sum_exp, logsumexp_in_place, picked_log_softmax, resolve_score_precision
+from lm.output import logsumexp_in_place, picked_log_softmax, resolve_score_precision
 from lm.scorer import LMScorer, sentence_pairs
 from tests.factories import DEVICES, make_model, random_sentences, shared_data_file, tiny_vocab
 
@@ -89,16 +89,15 @@ def allocated_bytes(work) -> int:
     return sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
 
 
-def test_the_output_layers_log_sum_exp_makes_no_other_vocabulary_sized_tensor():
-    """The fp32 path allocates the (N, V) logits and only (N,) vectors besides; torch.logsumexp on
-    the same logits allocates another (N, V) tensor (measured here, so the check can fail)."""
+def test_the_in_place_log_sum_exp_makes_no_other_vocabulary_sized_tensor():
+    """logsumexp_in_place (the bf16 path's) allocates only (N,) vectors; torch.logsumexp on the
+    same logits allocates another (N, V) tensor (measured here, so the check can fail)."""
     features, weight, bias = peaked_layer("cpu", vocab=20_000, rows=100)
+    logits = F.linear(features, weight, bias)
+    ours = allocated_bytes(lambda: logsumexp_in_place(logits.clone()))
+    theirs = allocated_bytes(lambda: torch.logsumexp(logits.clone(), dim=1))
     logits_bytes = 100 * 20_000 * 4
-    ours = allocated_bytes(lambda: _log_sum_exp(features, weight, bias, "fp32", None, 0))
-    theirs = allocated_bytes(lambda: torch.logsumexp(F.linear(features, weight, bias), dim=1))
     assert logits_bytes <= ours < logits_bytes + 64 * 100 and theirs >= 2 * logits_bytes, (ours, theirs)
-    assert torch.equal(_log_sum_exp(features, weight, bias, "fp32", None, 0),
-                       torch.logsumexp(F.linear(features, weight, bias), dim=1))
 
 
 def largest_allocation(work) -> int:
@@ -111,20 +110,29 @@ def largest_allocation(work) -> int:
 
 
 def test_the_cpu_output_layer_goes_in_cache_sized_blocks_of_rows(monkeypatch):
-    """On the CPU the fp32 log-sum-exp makes at most CPU_BLOCK_LOGITS logits at a time (not every
-    row's at once), with the values of one block of every row to float32 rounding."""
+    """On the CPU the fp32 output layer makes at most CPU_BLOCK_LOGITS logits at a time (not every
+    row's at once), with the values of one block of every row to float32 rounding; a block of rows
+    no entry is wanted from is skipped."""
     import lm.output
 
     features, weight, bias = peaked_layer("cpu", vocab=20_000, rows=300)
+    rows = torch.arange(300).repeat_interleave(2)
+    cols = torch.randint(3, 20_000, (600,), generator=torch.Generator().manual_seed(2))
     block = lm.output.CPU_BLOCK_LOGITS
     assert block < 300 * 20_000
-    blocked = _log_sum_exp(features, weight, bias, "fp32", None, 0)
-    block_bytes = largest_allocation(lambda: _log_sum_exp(features, weight, bias, "fp32", None, 0))
+    blocked = picked_log_softmax(features, weight, bias, rows, cols, "fp32")
+    block_bytes = largest_allocation(lambda: picked_log_softmax(features, weight, bias, rows, cols, "fp32"))
     monkeypatch.setattr(lm.output, "CPU_BLOCK_LOGITS", 1 << 40)
-    whole_bytes = largest_allocation(lambda: _log_sum_exp(features, weight, bias, "fp32", None, 0))
+    whole_bytes = largest_allocation(lambda: picked_log_softmax(features, weight, bias, rows, cols, "fp32"))
+    whole = picked_log_softmax(features, weight, bias, rows, cols, "fp32")
     assert block_bytes <= block * 4 < whole_bytes == 300 * 20_000 * 4
-    assert blocked.shape == (300,) and torch.allclose(blocked, _log_sum_exp(features, weight, bias, "fp32", None, 0),
-                                                      rtol=0, atol=1e-5)
+    assert blocked.shape == (600,) and torch.allclose(blocked, whole, rtol=0, atol=1e-5)
+    monkeypatch.setattr(lm.output, "CPU_BLOCK_LOGITS", block)
+    last = rows >= 290  # entries from the last ten rows only: the blocks before make no logits
+    few = largest_allocation(lambda: picked_log_softmax(features, weight, bias, rows[last], cols[last], "fp32"))
+    assert torch.allclose(picked_log_softmax(features, weight, bias, rows[last], cols[last], "fp32"), whole[last],
+                          rtol=0, atol=1e-5)
+    assert few <= block * 4
 
 
 @pytest.mark.parametrize("device", DEVICES)
