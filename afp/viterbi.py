@@ -6,10 +6,10 @@ wanted at each point, with the engine's own tie rule (:meth:`lattices.search.Dag
 state's ties go to its lowest incoming arc id, equal final states to the first). A tuning run
 is mostly these ``(arc, point)`` cells: 1.6 billion for the first 100 PocketSphinx dev_clean
 lattices. As numpy array steps (one per level of a union of lattices, to pay for numpy's per-call
-cost) a cell cost about 16 ns; compiled by numba (a JIT compiler for numeric Python: a dependency
-of the ``afp`` layer, not of the core), one pass over the arcs with the points as the inner loop
+cost) a cell cost about 16 ns; compiled by numba (a JIT compiler for numeric Python,
+:mod:`lattices.compiled`), one pass over the arcs with the points as the inner loop
 costs a few ns a cell, and each lattice is searched alone. numba caches the machine code beside
-this file (:func:`compiled`), so only the first run on a machine compiles it (seconds).
+this file (:func:`lattices.compiled.compiled`), so only the first run on a machine compiles it (seconds).
 
 The sums are the engine's, operation for operation: an arc's score is ``g * t + a`` (a product,
 then a sum, never fused: numba does not contract them without ``fastmath``), a candidate is its
@@ -18,12 +18,11 @@ source's best plus that score, so equal inputs give the paths :meth:`Dag.best_pa
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from lattices.compiled import compiled
 from lattices.search import Dag
 
 
@@ -73,18 +72,6 @@ def best_paths(graph: Graph, lines: ArcLines, points: np.ndarray) -> tuple[np.nd
     if not (totals > -np.inf).all():
         raise ValueError("no complete path: no final state is reachable from the start")
     return totals, [arcs[t, :lengths[t]].copy() for t in range(points.shape[0])]
-
-
-def compiled(function: Callable) -> Callable:
-    """``function`` compiled by numba, its machine code cached beside its file (or in the user's
-    cache folder); where neither can be written (a read-only install, no home folder) it is
-    compiled again in each process instead of failing."""
-    try:
-        return numba.njit(cache=True, nogil=True)(function)
-    except RuntimeError as err:  # numba: "cannot cache function ...: no locator available for file ..."
-        if "no locator available" not in str(err):
-            raise
-        return numba.njit(nogil=True)(function)
 
 
 @compiled

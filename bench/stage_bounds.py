@@ -294,7 +294,7 @@ def lm_flops(counts: Mapping[str, Any], shapes: Mapping[str, list[int]]) -> dict
 def counting_lm(model: Any) -> Iterator[Counter]:
     """Within the block, ``model``'s scoring counted (:func:`wrapped` on the instance): seconds of ``score``
     (``score_contexts``: calls, ``contexts``, ``targets``), ``features`` (``context_features``) and ``output``
-    (``_adaptive_pick``); rows and calls of ``recurrent``, ``input`` (the cell's ``step``, ``project``), ``head``
+    (``_adaptive_pick``); rows and calls of ``recurrent``, ``input`` (the cell's ``step_from``, ``project``), ``head``
     and ``tail<i>`` (a cluster's distinct contexts); ``tail<i>_targets``."""
     lows, counts = [lo for lo, _ in model._clusters()], Counter()
 
@@ -315,7 +315,7 @@ def counting_lm(model: Any) -> Iterator[Counter]:
                      score_seconds=s, score_calls=1, contexts=len(a[0]), targets=len(a[2]))),
                  (model, "context_features", lambda s, *_: counts.update(features_seconds=s)),
                  (model, "_adaptive_pick", picked),
-                 (model.cell, "step", lambda s, a, *_: rows("recurrent", a[0].numel() // a[0].shape[-1])),
+                 (model.cell, "step_from", lambda s, a, *_: rows("recurrent", a[0].numel() // a[0].shape[-1])),
                  (model.cell, "project", lambda s, a, *_: rows("input", a[0].numel() // a[0].shape[-1]))):
         yield counts
 
@@ -323,15 +323,13 @@ def counting_lm(model: Any) -> Iterator[Counter]:
 @torch.no_grad()
 def linear_seconds(rows: int, shape: Sequence[int], bias: bool, logsumexp: bool = False) -> float:
     """Seconds a call of ``F.linear`` takes on float32 ``(rows, in)`` by ``(out, in)``, and then with
-    ``logsumexp`` the rows' log-sum-exp (``lm.output.logsumexp_in_place``, as the output layer): the least of 3
+    ``logsumexp`` the logits' ``torch.log_softmax`` (as the fp32 output layer, ``lm.output``): the least of 3
     timings of ~12 ms of calls, after a warm-up."""
-    from lm.output import logsumexp_in_place
-
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(rows, shape[0], generator=gen)
     weight = torch.randn(shape[1], shape[0], generator=gen) / math.sqrt(shape[0])  # unit logits: no denormal exp
     b = torch.randn(shape[1], generator=gen) if bias else None
-    fn = (lambda: logsumexp_in_place(F.linear(x, weight, b))) if logsumexp else (lambda: F.linear(x, weight, b))
+    fn = (lambda: torch.log_softmax(F.linear(x, weight, b), dim=1)) if logsumexp else (lambda: F.linear(x, weight, b))
 
     def calls(n: int) -> None:  # each result dropped before the next call, as the model's are
         for _ in range(n):

@@ -15,7 +15,7 @@ import random
 import numpy as np
 import torch
 
-from lattices.expand import expand, expansion_bound, lattice_word_map
+from lattices.expand import PAD, expand, expansion_bound, lattice_word_map
 from lattices.formats.nbest import NBestHypothesis, NBestList, nbest_to_lattice
 from lattices.formats.pocketsphinx import read_pocketsphinx
 from lattices.lattice import Lattice
@@ -43,6 +43,51 @@ def test_the_bound_is_never_below_the_expansion(seed):
     for rho in (1, 2, 3):
         expansion = expand(lattice, lattice_word_map(lattice), rho, len(lattice.symbols))
         assert expansion_bound(lattice, rho) >= expansion.num_arcs
+
+
+def counted_suffixes(lattice, rho: int, keep: list[bool]) -> float:
+    """expansion_bound's count by enumerating paths (small lattices only): for each kept arc, the
+    kept paths into its source that start with a word arc and hold exactly ``rho`` words, plus
+    the kept paths from the start into it with fewer than ``rho`` words."""
+    is_word = (lattice_word_map(lattice)[lattice.words] != PAD).tolist()
+    src, dst = lattice.src.tolist(), lattice.dst.tolist()
+    leaving: dict[int, list[int]] = {}
+    for a in range(lattice.num_arcs):
+        if keep[a]:
+            leaving.setdefault(src[a], []).append(a)
+    suffixes = [0] * lattice.num_states
+    wholes = [0] * lattice.num_states
+
+    def walk(state: int, words: int, counts: list[int], limit: int) -> None:
+        if words == limit:
+            counts[state] += 1
+        elif counts is wholes:
+            counts[state] += 1
+        for a in leaving.get(state, []):
+            more = words + is_word[a]
+            if more <= limit and not (counts is wholes and more == limit):
+                walk(dst[a], more, counts, limit)
+
+    walk(lattice.start, 0, wholes, rho)  # whole paths: fewer than rho words
+    for a in range(lattice.num_arcs):
+        if keep[a] and is_word[a]:
+            walk(dst[a], 1, suffixes, rho)
+    return float(sum(suffixes[src[a]] + wholes[src[a]] for a in range(lattice.num_arcs) if keep[a]))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_bound_counts_every_suffix(seed):
+    """The compiled pass counts what its docstring says, with and without ``keep`` (here arbitrary
+    arcs: the count over those arcs alone), against enumerating the paths."""
+    lattice = random_lattice(seed, num_states=9, extra_arcs=14)
+    generator = torch.Generator().manual_seed(seed)
+    subsets = [None, (torch.rand(lattice.num_arcs, generator=generator) < 0.7).numpy()]
+    for rho in (1, 2, 3):
+        for keep in subsets:
+            kept = [True] * lattice.num_arcs if keep is None else keep.tolist()
+            if keep is not None and np.bincount(lattice.dst.numpy()[keep], minlength=9).max() <= 1:
+                continue  # a tree: counted without the pass
+            assert expansion_bound(lattice, rho, keep=keep) == counted_suffixes(lattice, rho, kept)
 
 
 @pytest.mark.parametrize("seed", range(25))
