@@ -1,10 +1,10 @@
-"""Levels and reachability of a lattice's graph, on the CPU in numpy.
+"""Levels and reachability of a lattice's graph, on the CPU: numpy arrays in and out.
 
-These passes go level by level (Kahn's algorithm), so their cost is the number of arcs plus a
-fixed cost per level. A level of a narrow lattice (a chain, a frame-level Kaldi ``Lattice``)
-holds a few arcs, and there the fixed cost is all that counts: a numpy call costs about a
-microsecond and a small torch call about ten, so these passes run in numpy (about 15 us per
-level instead of 150 us: a 100-level lattice is checked in 2 ms) and hand torch tensors back.
+Kahn's algorithm and the passes in level order are loops over the arcs, compiled
+(:mod:`lattices.compiled`): their cost is the number of states and arcs, with no fixed cost per
+level (as whole-array numpy steps, one per level, a numpy call cost about a microsecond, about
+15 us a level: a 100-level lattice took 2 ms, and every lattice built, subset or minimized goes
+through them).
 
 Arrays: ``src``, ``dst`` int64 ``(A,)`` state ids in ``0..S-1``; ``levels`` int64 ``(S,)``.
 """
@@ -12,6 +12,8 @@ Arrays: ``src``, ``dst`` int64 ``(A,)`` state ids in ``0..S-1``; ``levels`` int6
 from __future__ import annotations
 
 import numpy as np
+
+from lattices.compiled import compiled
 
 
 def arcs_by_state(num_states: int, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -43,37 +45,63 @@ def gather(order: np.ndarray, starts: np.ndarray, states: np.ndarray) -> np.ndar
 def longest_path_levels(num_states: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     """int64 ``(S,)``: each state's longest-path depth from the sources (states without incoming
     arcs), so that every arc goes to a deeper level; None when the graph has a cycle."""
-    indegree = np.bincount(dst, minlength=num_states)
-    level = np.full(num_states, -1, dtype=np.int64)
     order, starts = arcs_by_state(num_states, src)
-    frontier = np.flatnonzero(indegree == 0)
-    depth = done = 0
-    while frontier.size:
-        level[frontier] = depth
-        done += frontier.size
-        targets = dst[gather(order, starts, frontier)]
-        np.subtract.at(indegree, targets, 1)
-        ready = targets[indegree[targets] == 0]  # a state with several arcs from this level is there as often
-        frontier = np.unique(ready) if ready.size > 1 else ready
-        depth += 1
-    return level if done == num_states else None
+    level = _kahn_levels(num_states, np.ascontiguousarray(dst, dtype=np.int64), order.astype(np.int64), starts)
+    return level if num_states == 0 or level.min() >= 0 else None
+
+
+@compiled
+def _kahn_levels(num_states: int, dst: np.ndarray, order: np.ndarray, starts: np.ndarray
+                 ) -> np.ndarray:  # pragma: no cover (compiled)
+    """Kahn's algorithm: a state is taken once every arc into it has been, and its level is one
+    more than its deepest predecessor's; -1 where a cycle leaves states untaken."""
+    indegree = np.zeros(num_states, dtype=np.int64)
+    for a in range(dst.shape[0]):
+        indegree[dst[a]] += 1
+    level = np.full(num_states, -1, dtype=np.int64)
+    depth = np.zeros(num_states, dtype=np.int64)
+    queue = np.empty(num_states, dtype=np.int64)
+    tail = 0
+    for s in range(num_states):
+        if indegree[s] == 0:
+            queue[tail] = s
+            tail += 1
+    head = 0
+    while head < tail:
+        s = queue[head]
+        head += 1
+        level[s] = depth[s]
+        for i in range(starts[s], starts[s + 1]):
+            d = dst[order[i]]
+            if depth[s] + 1 > depth[d]:
+                depth[d] = depth[s] + 1
+            indegree[d] -= 1
+            if indegree[d] == 0:
+                queue[tail] = d
+                tail += 1
+    return level
 
 
 def reachable(num_states: int, seeds: np.ndarray, frm: np.ndarray, to: np.ndarray, levels: np.ndarray,
               backward: bool = False) -> np.ndarray:
     """bool ``(S,)``: the states reached from ``seeds`` (int64 state ids) along arcs ``frm -> to``.
 
-    ``levels`` orders the passes: arcs are taken in increasing level of ``frm`` (decreasing with
-    ``backward``, for arcs given reversed: ``frm = dst``, ``to = src``), one level at a time."""
+    ``levels`` orders the pass: arcs are taken in increasing level of ``frm`` (decreasing with
+    ``backward``, for arcs given reversed: ``frm = dst``, ``to = src``)."""
     mark = np.zeros(num_states, dtype=bool)
     mark[seeds] = True
-    order, offsets = level_order(frm, levels)
-    passes = range(len(offsets) - 2, -1, -1) if backward else range(len(offsets) - 1)
-    for i in passes:
-        arcs = order[offsets[i]:offsets[i + 1]]
-        reached = arcs[mark[frm[arcs]]]
-        mark[to[reached]] = True
+    order = np.argsort(levels[frm], kind="stable")
+    _mark_along(mark, np.ascontiguousarray(frm, dtype=np.int64), np.ascontiguousarray(to, dtype=np.int64),
+                order[::-1].copy() if backward else order)
     return mark
+
+
+@compiled
+def _mark_along(mark: np.ndarray, frm: np.ndarray, to: np.ndarray, order: np.ndarray) -> None:  # pragma: no cover
+    """Marks ``to[a]`` for each arc ``a`` in ``order`` whose ``frm[a]`` is marked (in place)."""
+    for a in order:
+        if mark[frm[a]]:
+            mark[to[a]] = True
 
 
 def level_order(end: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, list[int]]:

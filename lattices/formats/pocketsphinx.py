@@ -112,7 +112,6 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +120,7 @@ import torch
 from torch import Tensor
 
 from lattices import topology
+from lattices.compiled import compiled
 from lattices.formats.htk import (SlfReader, SlfRecords, check_slf_ids, key_from_source, link_ends, parse_slf, slf_meta,
                                   start_and_finals)
 from lattices.lattice import EPSILON, Lattice, LatticeFormatError
@@ -155,7 +155,7 @@ def read_pocketsphinx(text: str, source: str | None = None) -> Lattice:
     A text exactly as ``ps_lattice_write_htk`` writes it (its header lines, then ``I=%d t=%.2f
     W=%s v=%d`` node lines with ids ``0..N-1`` in order, then ``J=%d S=%d E=%d a=%f p=%g`` link
     lines likewise, tab-separated, ``\\n`` line ends) is read by whole-text regular expressions,
-    its columns converted by numpy (:func:`_fast_columns`); anything else, and every error, goes
+    its columns converted by a compiled pass (:func:`_fast_columns`); anything else, and every error, goes
     through the line parser (:func:`lattices.formats.htk.parse_slf`), whose errors name the line
     and field. Both give the same lattice (``tests/lattices/test_pocketsphinx.py``)."""
     if not isinstance(text, str):
@@ -223,18 +223,103 @@ def _link_numbers(block: str) -> np.ndarray | None:
     PocketSphinx writes it, ``\\n``-ended (:data:`_LINK_SHAPES`: the characters between the
     digits, and a number in each field); None for anything else."""
     try:
-        shapes = block.encode("ascii").translate(None, b"0123456789").split(b"\n")
+        raw = block.encode("ascii")
     except UnicodeEncodeError:
         return None
+    shapes = raw.translate(None, b"0123456789").split(b"\n")
     if shapes[-1] != b"" or not _LINK_SHAPES.issuperset(shapes[:-1]):
         return None
-    with warnings.catch_warnings():  # a field without digits ("p=."): numpy stops there and warns
-        warnings.simplefilter("error", DeprecationWarning)
-        try:
-            numbers = np.fromstring(block.translate(LINK_NAMES), sep=" ")
-        except (ValueError, DeprecationWarning):
-            return None
-    return numbers if numbers.shape[0] == 5 * (len(shapes) - 1) else None
+    blank = raw.translate(_LINK_NAME_BYTES)
+    numbers = np.empty(5 * (len(shapes) - 1), dtype=np.float64)
+    slow = np.empty((numbers.shape[0], 3), dtype=np.int64)
+    count, slow_count = _decimal_numbers(np.frombuffer(blank, dtype=np.uint8), numbers, slow)
+    if count != numbers.shape[0]:
+        return None
+    for k in range(slow_count):  # outside the compiled fast path: float() of its text
+        at, start, end = slow[k]
+        numbers[at] = float(blank[start:end])
+    return numbers
+
+
+#: :data:`LINK_NAMES` on bytes
+_LINK_NAME_BYTES = bytes.maketrans(b"JSEap=", b"      ")
+#: the powers of ten a double holds exactly
+_EXACT_TENS = np.array([10.0 ** k for k in range(23)])
+
+
+@compiled
+def _decimal_numbers(text: np.ndarray, out: np.ndarray, slow: np.ndarray) -> tuple[int, int]:  # pragma: no cover
+    """The whitespace-separated decimal numbers (``[-+]digits[.digits][e[-+]digits]``) of ASCII
+    ``text`` (uint8) into ``out`` (float64), each the double ``float()`` gives where the digits
+    make an integer below 2**53 and the power of ten is one a double holds exactly (|k| <= 22):
+    one correctly rounded product or quotient of two exact numbers (Clinger's fast path; most of
+    PocketSphinx's ``%f`` and ``%g`` numbers). Any other number's index in ``out`` and its span
+    in ``text`` go in a row of ``slow`` (int64 ``(len(out), 3)``), for ``float()``. Returns the
+    numbers and the slow rows written; -1 numbers for anything not such a number, or more
+    numbers than ``out`` holds."""
+    n, i, count, slow_count = text.shape[0], 0, 0, 0
+    while i < n:
+        c = text[i]
+        if c == 32 or c == 9 or c == 10 or c == 13:
+            i += 1
+            continue
+        if count >= out.shape[0]:
+            return -1, slow_count
+        begin = i
+        negative = c == 45  # '-'
+        if c == 45 or c == 43:
+            i += 1
+        mantissa, digits, point, fraction, seen = 0, 0, False, 0, False
+        while i < n:
+            c = text[i]
+            if 48 <= c <= 57:
+                seen = True
+                if mantissa or c != 48:
+                    digits += 1
+                    if digits <= 15:
+                        mantissa = mantissa * 10 + (c - 48)
+                if point:
+                    fraction += 1
+            elif c == 46 and not point:
+                point = True
+            else:
+                break
+            i += 1
+        if not seen:
+            return -1, slow_count
+        exponent = 0
+        if i < n and (text[i] == 101 or text[i] == 69):  # 'e', 'E'
+            i += 1
+            minus = False
+            if i < n and (text[i] == 45 or text[i] == 43):
+                minus = text[i] == 45
+                i += 1
+            if i >= n or not 48 <= text[i] <= 57:
+                return -1, slow_count
+            while i < n and 48 <= text[i] <= 57:
+                if exponent < 100000:
+                    exponent = exponent * 10 + (text[i] - 48)
+                i += 1
+            if minus:
+                exponent = -exponent
+        if i < n and not (text[i] == 32 or text[i] == 9 or text[i] == 10 or text[i] == 13):
+            return -1, slow_count
+        power = exponent - fraction
+        if mantissa == 0 and digits == 0:
+            out[count] = -0.0 if negative else 0.0
+        elif digits <= 15 and 0 <= power <= 22:
+            value = float(mantissa) * _EXACT_TENS[power]
+            out[count] = -value if negative else value
+        elif digits <= 15 and -22 <= power < 0:
+            value = float(mantissa) / _EXACT_TENS[-power]
+            out[count] = -value if negative else value
+        else:
+            slow[slow_count, 0] = count
+            slow[slow_count, 1] = begin
+            slow[slow_count, 2] = i
+            slow_count += 1
+        count += 1
+    return count, slow_count
 
 
 def _fast_columns(text: str, source: str | None) -> _Columns | None:
@@ -244,8 +329,8 @@ def _fast_columns(text: str, source: str | None) -> _Columns | None:
     head = _PS_HEAD.match(text)
     if head is None:
         return None
-    # the link lines hold five numbers each: with the field names blanked, one C parse of the
-    # block (the same doubles as float() gives: tests/lattices/test_pocketsphinx.py)
+    # the link lines hold five numbers each: with the field names blanked, one compiled pass over
+    # the block (the same doubles as float() gives: tests/lattices/test_pocketsphinx.py)
     numbers = _link_numbers(text[head.end():])
     if numbers is None:
         return None

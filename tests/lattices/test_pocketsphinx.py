@@ -14,13 +14,16 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lattices.formats import guess_format, output_format, read_lattice_file, read_lattices, write_lattices
 from lattices.formats.htk import check_slf_ids, parse_slf, read_htk, slf_meta
-from lattices.formats.pocketsphinx import (DEFAULT_ASCALE, _assemble, _columns, _fast_columns, implied_lm_scores,
-                                           is_filler, posterior_arc_scores, read_pocketsphinx)
+from lattices.formats.pocketsphinx import (DEFAULT_ASCALE, _assemble, _columns, _decimal_numbers, _fast_columns,
+                                           implied_lm_scores, is_filler, posterior_arc_scores, read_pocketsphinx)
 from lattices.lattice import Lattice, LatticeFormatError
 from lattices.search import Dag
 from tests.factories import levenshtein
@@ -545,3 +548,44 @@ def test_links_under_an_l_of_0_are_the_line_parsers_error() -> None:
     assert _fast_columns(text, "l0.lat") is None
     with pytest.raises(LatticeFormatError, match="L=0"):
         read_pocketsphinx(text, "l0.lat")
+
+
+# ------------------------------------------------------------------- the compiled number parser
+_FORMATS = ("%f", "%g", "%.6e", "%.17g", "%.3f", "%e", "%.0f")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e30, max_value=1e30) |
+                          st.floats(min_value=1e-320, max_value=1e-5) | st.integers(-10**20, 10**20).map(float),
+                          st.sampled_from(_FORMATS)), min_size=1, max_size=40))
+def test_the_compiled_parser_gives_the_doubles_float_gives(values):
+    """Whatever the digits (%f and %g as PocketSphinx writes them, and long, tiny, huge and
+    subnormal ones that take float()), every number is float()'s double, bit for bit."""
+    words = [fmt % value for value, fmt in values]
+    text = "\t".join(words) + "\n"
+    out = np.empty(len(words))
+    slow = np.empty((len(words), 3), dtype=np.int64)
+    count, slow_count = _decimal_numbers(np.frombuffer(text.encode(), dtype=np.uint8), out, slow)
+    assert count == len(words)
+    raw = text.encode()
+    for k in range(slow_count):
+        out[slow[k, 0]] = float(raw[slow[k, 1]:slow[k, 2]])
+    assert out.view(np.int64).tolist() == np.array([float(w) for w in words]).view(np.int64).tolist(), words
+
+
+@pytest.mark.parametrize("text", ["1.5 -", "1.5 .", "1e- 2", "1.2.3", "1x2", "+", "4 5 6 7"])
+def test_the_compiled_parser_refuses_what_is_not_a_number(text):
+    """Not a decimal number, or more numbers than asked for: -1, and the line parser reads the block."""
+    out, slow = np.empty(3), np.empty((3, 3), dtype=np.int64)
+    assert _decimal_numbers(np.frombuffer(text.encode(), dtype=np.uint8), out, slow)[0] == -1
+
+
+def test_the_compiled_parser_takes_most_pocketsphinx_numbers_on_its_fast_path():
+    """The fixtures' link numbers: float()'s doubles, nearly all without float()."""
+    for path in LATTICE_FILES:
+        text = gzip.open(path, "rt").read()
+        block = text[text.index("J=0\t"):]
+        raw = block.encode().translate(bytes.maketrans(b"JSEap=", b"      "))
+        out, slow = np.empty(block.count("\n") * 5), np.empty((block.count("\n") * 5, 3), dtype=np.int64)
+        count, slow_count = _decimal_numbers(np.frombuffer(raw, dtype=np.uint8), out, slow)
+        assert count == out.shape[0] and slow_count < count // 20, (path.name, slow_count, count)
