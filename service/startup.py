@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from service.settings import Settings
+if TYPE_CHECKING:  # pydantic's import (0.2 s) only where settings are made: not for afp's other commands' parser
+    from service.settings import Settings
 
 __all__ = ["DEFAULT_LOG_LEVEL", "LOG_LEVELS", "SettingsError", "serve", "server_settings"]
 
@@ -29,6 +30,8 @@ def server_settings(overrides: Mapping[str, Any]) -> Settings:
     (the flags given; None: not given) over it, checked: the model is a model directory, an ARPA
     file or an n-gram model directory; the weights file reads; the old LM and every feature's
     model directory exist."""
+    from service.settings import Settings
+
     try:
         settings = Settings(**{name: value for name, value in overrides.items() if value is not None})
     except Exception as err:  # pydantic's ValidationError: report it as a usage error
