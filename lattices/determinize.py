@@ -58,6 +58,7 @@ import torch
 from torch import Tensor
 
 from lattices import topology
+from lattices.compiled import compiled
 from lattices.expand import DEFAULT_SKIP, is_disambiguation
 from lattices.lattice import Lattice
 from lattices.search import Dag, beam_tolerance
@@ -219,21 +220,45 @@ def best_of_groups(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
 
 def _best_of_packed(key: np.ndarray, keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
                     p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`best_of_groups` once its ``keys`` are packed into one int64 ``key`` ``(N,)``, ``N > 0``."""
-    order = np.lexsort((-score, key))
-    k = key[order]
-    new = np.empty(len(key), dtype=bool)
-    new[0] = True
-    np.not_equal(k[1:], k[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    best = order[starts]
-    ranked = score[order]
-    if (ranked[1:] == ranked[:-1]).any():  # a score tied (within a group?): check the components
-        group = np.cumsum(new) - 1
-        tied = ranked == ranked[starts][group]
-        if int(tied.sum()) > len(starts) and (x[order[tied]] != x[best[group[tied]]]).any():
-            return _best_of_groups_by_components(keys, x, score, p)
-    return best, np.maximum.reduceat(p[order], starts)
+    """:func:`best_of_groups` once its ``keys`` are packed into one int64 ``key`` ``(N,)``, ``N > 0``:
+    one compiled pass (:func:`_best_in_groups`)."""
+    return _best_in_groups(np.ascontiguousarray(key, dtype=np.int64), np.ascontiguousarray(score, dtype=np.float64),
+                           np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(p, dtype=np.float64))
+
+
+@compiled
+def _best_in_groups(key: np.ndarray, score: np.ndarray, x: np.ndarray, p: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover (compiled)
+    """:func:`best_of_groups`'s rule for one int64 ``key`` ``(N,)``: the rows by key (a stable
+    sort), each group's best the row of highest ``score``, then of highest components ``x`` ``(N,
+    C)`` in order, then of lowest index; and each group's highest ``p``. Only comparisons: the
+    values chosen are the caller's, bit for bit."""
+    n = key.shape[0]
+    order = np.argsort(key, kind="mergesort")
+    best = np.empty(n, dtype=np.int64)
+    top = np.empty(n)
+    groups = -1
+    previous = 0
+    for i in range(n):
+        r = order[i]
+        if i == 0 or key[r] != previous:
+            groups += 1
+            best[groups] = r
+            top[groups] = p[r]
+            previous = key[r]
+            continue
+        if p[r] > top[groups]:
+            top[groups] = p[r]
+        b = best[groups]
+        if score[r] > score[b]:
+            best[groups] = r
+        elif score[r] == score[b]:
+            for c in range(x.shape[1]):
+                if x[r, c] != x[b, c]:
+                    if x[r, c] > x[b, c]:
+                        best[groups] = r
+                    break
+    return best[:groups + 1].copy(), top[:groups + 1].copy()
 
 
 def _best_of_groups_by_components(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
@@ -626,15 +651,7 @@ class _Determinizer:
         else:
             group = new.cumsum() - 1
             priority = forward + np.maximum.reduceat(p + self.beta_dst[at], starts)
-            arc_p = np.maximum.reduceat(p, starts)
-            tied = (score == np.maximum.reduceat(score, starts)[group]).nonzero()[0]
-            top = tied  # each word's best element (when it is the only best): the arc's weight ...
-            if len(tied) > len(starts):  # ... else the first best ...
-                first = np.ones(len(tied), dtype=bool)
-                first[1:] = group[tied][1:] != group[tied][:-1]
-                top = tied[first]
-                if not (x[tied] == x[top[group[tied]]]).all():
-                    top, _ = best_of_groups([word], x, score, p)  # ... unless tied elements differ: by components
+            top, arc_p = _best_of_packed(word, [word], x, score, p)  # each word's best element: the arc's weight
         arc_x = x[top]
         x_res, p_res = x - arc_x[group], p - arc_p[group]
         qx = _quantize(x_res, self.delta).tobytes()

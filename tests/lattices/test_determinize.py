@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from lattices.determinize import DeterminizationTooLarge, determinize, ordering_vector, score_components
+from lattices.determinize import (DeterminizationTooLarge, _best_in_groups, _best_of_groups_by_components, determinize,
+                                  ordering_vector, score_components)
 from lattices.expand import DEFAULT_SKIP
 from lattices.lattice import Lattice
 from lattices.minimize import minimize, push
@@ -468,3 +469,19 @@ def test_dropping_rows_before_grouping_changes_nothing(monkeypatch, components):
         assert results[0][-1]["cut"] == (results[2][-1]["cut"] or went), (beam, limit)
         pruned_arcs += went
     assert pruned_arcs > 10  # the arcs outside the beam were there to take out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_compiled_best_of_groups_is_the_sort_by_every_component(seed):
+    """Each group's best row (highest score, then highest components in order, then lowest index)
+    and highest p, as the numpy sort over every component gives them: rows drawn from a few
+    values, so that scores and components tie often."""
+    rng = np.random.default_rng(seed)
+    n, c = int(rng.integers(1, 60)), int(rng.integers(1, 4))
+    key = rng.integers(0, 7, n).astype(np.int64)
+    x = rng.integers(-2, 3, (n, c)).astype(np.float64) / 4
+    score = x.sum(axis=1) if seed % 2 else rng.integers(0, 3, n).astype(np.float64)  # ties within and across
+    p = rng.normal(size=n)
+    best, top = _best_in_groups(key, score, x, p)
+    expected_best, expected_top = _best_of_groups_by_components([key], x, score, p)
+    assert best.tolist() == expected_best.tolist() and top.tolist() == expected_top.tolist()
