@@ -12,27 +12,43 @@ again instead of failing.
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
 
 def compiled(function: Callable) -> Callable:
     """``function`` compiled by numba (``njit``, cached, ``nogil``) at its first call; numba's
-    dispatcher is then the wrapper's ``dispatcher`` (None before)."""
+    dispatcher is then the wrapper's ``dispatcher`` (None before). A kernel may call another
+    (numba compiles the callee first, :func:`_jit`)."""
 
     @functools.wraps(function)
     def call(*args: Any) -> Any:
-        if call.dispatcher is None:  # type: ignore[attr-defined]
-            call.dispatcher = _jit(function)  # type: ignore[attr-defined]
-        return call.dispatcher(*args)  # type: ignore[attr-defined]
+        return _dispatcher(call)(*args)
 
     call.dispatcher = None  # type: ignore[attr-defined]
+    call.kernel = function  # type: ignore[attr-defined]
     return call
 
 
+def _dispatcher(wrapper: Any) -> Callable:
+    if wrapper.dispatcher is None:
+        wrapper.dispatcher = _jit(wrapper.kernel)
+    return wrapper.dispatcher
+
+
 def _jit(function: Callable) -> Callable:
+    """numba's dispatcher of ``function``, the kernels it calls by a global name (wrappers of
+    :func:`compiled`) replaced by their own dispatchers, which nopython code can call."""
     import numba
 
+    callees = {name: _dispatcher(value) for name in function.__code__.co_names
+               if hasattr(value := function.__globals__.get(name), "kernel") and hasattr(value, "dispatcher")}
+    if callees:
+        plain = function
+        function = types.FunctionType(plain.__code__, {**plain.__globals__, **callees}, plain.__name__,
+                                      plain.__defaults__, plain.__closure__)
+        function.__qualname__, function.__module__ = plain.__qualname__, plain.__module__
     try:
         return numba.njit(cache=True, nogil=True)(function)
     except RuntimeError as err:  # numba: "cannot cache function ...: no locator available for file ..."

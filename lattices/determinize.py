@@ -605,62 +605,25 @@ class _Determinizer:
                 self.final_x.append(cand_x[0])
             else:
                 self.cut = True
-        # every arc of every element, elements in order, each's arcs by (word, destination)
-        if len(states) == 1:
-            lo, hi = int(self.starts[states[0]]), int(self.starts[states[0] + 1])
-            pos = self.iota[lo:hi]
-            element = np.zeros(hi - lo, dtype=np.int64)
-        else:
-            lo, counts = self.starts[states], self.counts[states]
-            ends = counts.cumsum()
-            element = np.repeat(self.iota[:len(states)], counts)
-            pos = (lo - ends + counts)[element] + self.iota[:int(ends[-1])]
-        p = pres[element] + self.p[pos]
-        if self.prefilter and len(pos) > PREFILTER_ROWS:  # drop the rows that cannot matter (class docstring)
-            near = p + self.beta_dst[pos] >= self.threshold - forward
-            if not near.all():
-                rows = near.nonzero()[0]
-                if not self.cut:  # a (word, destination) with no row left is cut by the beam
-                    kept = self.pair[pos[rows]]
-                    self.seen[kept] = True
-                    self.cut = not self.seen[self.pair[pos[~near]]].all()
-                    self.seen[kept] = False
-                pos, p, element = pos[rows], p[rows], element[rows]
+        # every arc of every element, elements in order, each's arcs by (word, destination); the
+        # rows that cannot matter dropped (class docstring)
+        pos, element, p, self.cut = _subset_rows(states, pres, forward, self.starts, self.p, self.beta_dst, self.pair,
+                                                 self.seen, self.prefilter, PREFILTER_ROWS, self.threshold, self.cut)
         x = xres[element] + self.x[pos]
-        score = x @ w
-        best, p = self._best_of_pairs(self.pair[pos], x, score, p)  # one element per (word, destination)
-        at = pos[best]
-        word, dst, x, score = self.word[at], self.dst[at], x[best], score[best]
-        if self.prune_elements:  # drop the elements no path within the beam goes through
-            alive = forward + p + self.beta_dst[at] >= self.cutoff
-            if not alive.all():
-                word, dst, x, score, p, at = word[alive], dst[alive], x[alive], score[alive], p[alive], at[alive]
-                self.cut = True
-        n = len(word)
-        new = np.empty(n, dtype=bool)
-        if n:
-            new[0] = True
-            np.not_equal(word[1:], word[:-1], out=new[1:])
-        starts = new.nonzero()[0]
+        # one element per (word, destination), then per word its best element's weight as the arc's
+        dst, x_res, p_res, starts, arc_x, words, arc_p, priority, pruned = _word_arcs(
+            self.pair[pos], x, x @ w, p, pos, self.word, self.dst, self.beta_dst, forward, self.prune_elements,
+            self.cutoff)
+        self.cut = self.cut or pruned
         bounds = starts.tolist()
-        bounds.append(n)
-        if len(starts) == n:  # one element per word: the arcs are the elements
-            group = top = self.iota[:n]
-            priority = forward + (p + self.beta_dst[at])
-            arc_p = p
-        else:
-            group = new.cumsum() - 1
-            priority = forward + np.maximum.reduceat(p + self.beta_dst[at], starts)
-            top, arc_p = _best_of_packed(word, [word], x, score, p)  # each word's best element: the arc's weight
-        arc_x = x[top]
-        x_res, p_res = x - arc_x[group], p - arc_p[group]
+        bounds.append(len(dst))
         qx = _quantize(x_res, self.delta).tobytes()
         size = 8 * x_res.shape[1]
         dst_bytes = dst.tobytes()
 
         def keys(lo: int, hi: int) -> bytes:
             return dst_bytes[8 * lo:8 * hi] + qx[size * lo:size * hi]
-        self.transitions.append((dst, x_res, p_res, keys, bounds, arc_x, word[starts], arc_p.tolist(), priority))
+        self.transitions.append((dst, x_res, p_res, keys, bounds, arc_x, words, arc_p.tolist(), priority))
         cutoff, tasks = self.cutoff, self.tasks
         if self.best_first:
             push, pushed = heapq.heappush, self.pushed
@@ -679,13 +642,131 @@ class _Determinizer:
                     self.cut = True
         return state
 
-    @staticmethod
-    def _best_of_pairs(key: np.ndarray, x: np.ndarray, score: np.ndarray,
-                       p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`best_of_groups` for one int64 key (the ranked ``(word, destination)``)."""
-        if len(key) == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        return _best_of_packed(key, [key], x, score, p)
+
+@compiled
+def _subset_rows(states: np.ndarray, pres: np.ndarray, forward: float, starts: np.ndarray, arc_p: np.ndarray,
+                 beta_dst: np.ndarray, pair: np.ndarray, seen: np.ndarray, prefilter: bool, prefilter_rows: int,
+                 threshold: float, cut: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:  # pragma: no cover
+    """The rows of a subset (:meth:`_Determinizer._create`): every arc of every element, elements
+    in order, each's arcs in the determinizer's (source, word, destination) order: the arcs' ids
+    ``pos`` and elements ``element`` (int64) and pruning scores ``p = pres[element] +
+    arc_p[pos]``. With ``prefilter`` and more than ``prefilter_rows`` rows, those whose ``p +
+    beta_dst`` falls below ``threshold - forward`` are dropped, and ``cut`` becomes true when a
+    (word, destination) ``pair`` keeps no row (``seen``: scratch, all false, left so)."""
+    total = 0
+    for k in range(states.shape[0]):
+        total += starts[states[k] + 1] - starts[states[k]]
+    pos = np.empty(total, dtype=np.int64)
+    element = np.empty(total, dtype=np.int64)
+    p = np.empty(total)
+    j = 0
+    for k in range(states.shape[0]):
+        for i in range(starts[states[k]], starts[states[k] + 1]):
+            pos[j] = i
+            element[j] = k
+            p[j] = pres[k] + arc_p[i]
+            j += 1
+    if not prefilter or total <= prefilter_rows:
+        return pos, element, p, cut
+    limit = threshold - forward
+    near = np.empty(total, dtype=np.bool_)
+    kept = 0
+    for j in range(total):
+        near[j] = p[j] + beta_dst[pos[j]] >= limit
+        kept += near[j]
+    if kept == total:
+        return pos, element, p, cut
+    if not cut:  # a (word, destination) with no row left is cut by the beam
+        for j in range(total):
+            if near[j]:
+                seen[pair[pos[j]]] = True
+        for j in range(total):
+            if not near[j] and not seen[pair[pos[j]]]:
+                cut = True
+                break
+        for j in range(total):
+            if near[j]:
+                seen[pair[pos[j]]] = False
+    out = 0
+    for j in range(total):
+        if near[j]:
+            pos[out], element[out], p[out] = pos[j], element[j], p[j]
+            out += 1
+    return pos[:out].copy(), element[:out].copy(), p[:out].copy(), cut
+
+
+@compiled
+def _word_arcs(pair: np.ndarray, x: np.ndarray, score: np.ndarray, p: np.ndarray, pos: np.ndarray, arc_word: np.ndarray,
+               arc_dst: np.ndarray, beta_dst: np.ndarray, forward: float, prune: bool, cutoff: float
+               ) -> tuple:  # pragma: no cover (compiled)
+    """A subset's transitions from its rows (:meth:`_Determinizer._create`; ``pair (N,)`` each
+    row's ranked (word, destination), ``x (N, C)``, ``score (N,)``, ``p (N,)``, ``pos (N,)`` its
+    arc): each pair's best row (:func:`_best_in_groups`' rule) with the pair's highest ``p``;
+    with ``prune``, the pairs whose ``forward + p + beta`` falls below ``cutoff`` dropped; then per
+    word (pairs come in (word, destination) order) its best pair's components as the arc's
+    weight, the highest ``p`` as the arc's, the priority ``forward + max(p + beta)``.
+
+    Returns the kept pairs' destinations ``(K,)``, residual components ``(K, C)`` and pruning
+    scores ``(K,)``; each word's first pair ``(T,)``, arc components ``(T, C)``, word ``(T,)``,
+    pruning score ``(T,)`` and priority ``(T,)``; whether the pruning dropped a pair. The
+    arithmetic is numpy's, operation for operation."""
+    best, top = _best_in_groups(pair, score, x, p)
+    groups = best.shape[0]
+    at = pos[best]
+    keep = np.ones(groups, dtype=np.bool_)
+    pruned = False
+    if prune:
+        for g in range(groups):
+            keep[g] = forward + top[g] + beta_dst[at[g]] >= cutoff
+            pruned = pruned or not keep[g]
+    kept = np.flatnonzero(keep)
+    n, c = kept.shape[0], x.shape[1]
+    dst = np.empty(n, dtype=np.int64)
+    word = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        dst[k] = arc_dst[at[kept[k]]]
+        word[k] = arc_word[at[kept[k]]]
+    starts = np.empty(n, dtype=np.int64)
+    group = np.empty(n, dtype=np.int64)
+    t = -1
+    for k in range(n):
+        if k == 0 or word[k] != word[k - 1]:
+            t += 1
+            starts[t] = k
+        group[k] = t
+    words = t + 1
+    arc_x = np.empty((words, c))
+    arc_p = np.empty(words)
+    priority = np.empty(words)
+    chosen = np.empty(words, dtype=np.int64)  # each word's best kept pair
+    for k in range(n):
+        g, r = group[k], best[kept[k]]
+        through = top[kept[k]] + beta_dst[at[kept[k]]]
+        if k == starts[g]:
+            chosen[g], arc_p[g], priority[g] = k, top[kept[k]], through
+            continue
+        arc_p[g] = max(arc_p[g], top[kept[k]])
+        priority[g] = max(priority[g], through)
+        b = best[kept[chosen[g]]]
+        if score[r] > score[b]:
+            chosen[g] = k
+        elif score[r] == score[b]:
+            for i in range(c):
+                if x[r, i] != x[b, i]:
+                    if x[r, i] > x[b, i]:
+                        chosen[g] = k
+                    break
+    x_res = np.empty((n, c))
+    p_res = np.empty(n)
+    for g in range(words):
+        priority[g] = forward + priority[g]
+        arc_x[g] = x[best[kept[chosen[g]]]]
+    for k in range(n):
+        g = group[k]
+        for i in range(c):
+            x_res[k, i] = x[best[kept[k]], i] - arc_x[g, i]
+        p_res[k] = top[kept[k]] - arc_p[g]
+    return dst, x_res, p_res, starts[:words].copy(), arc_x, word[starts[:words]], arc_p, priority, pruned
 
 
 __all__ = ["DELTA", "DeterminizationTooLarge", "build_lattice", "best_of_groups", "determinize", "ordering_vector",
