@@ -249,6 +249,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from lattices.compiled import compile_kernels
+
+        await anyio.to_thread.run_sync(compile_kernels)  # compiled (or cached) before any request, and any worker
         runtime = await anyio.to_thread.run_sync(load_runtime, settings, metrics)
         processes = settings.process_count(runtime.device.type)
         if processes > 1:

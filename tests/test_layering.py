@@ -192,3 +192,25 @@ def test_no_module_imports_another_modules_private_names():
     from lattices.formats.htk import SlfReader, key_from_source
 
     assert key_from_source("/x/utt7.lat.gz") == "utt7" and SlfReader("f.slf").error("bad", 3).line == 3
+
+
+def test_compile_kernels_compiles_every_kernel_of_the_core():
+    """Every compiled kernel in lm/ and lattices/ has its dispatcher after compile_kernels (which
+    the server runs before it takes requests), in a fresh interpreter: a new kernel that rescoring
+    calls must be warmed there too, or a request would wait on the compiler."""
+    code = """
+import importlib, json, sys
+from lattices.compiled import compile_kernels
+compile_kernels()
+found = {}
+for name in json.loads(sys.argv[1]):
+    module = importlib.import_module(name)
+    for attr, value in vars(module).items():
+        if hasattr(value, "kernel") and hasattr(value, "dispatcher") and value.__module__ == name:
+            found[f"{name}.{attr}"] = value.dispatcher is not None
+print(json.dumps(found))
+"""
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(core_modules())], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) >= 7 and all(found.values()), found
