@@ -176,8 +176,8 @@ def one_command(model: Path, weights: Path, lattices: list[Path], workers: int, 
         runs[f"workers_{workers}"].append(run_afp("rescore", *common, "--workers", str(workers), "--json",
                                                   *map(str, lattices)))
         out = work / f"jobs-{round_}"
-        runs[f"processes_{workers}"].append(run_afp("rescore", *common, "--out-dir", str(out), "--quiet",
-                                                    *map(str, lattices), parallel=workers))
+        runs[f"processes_{workers}"].append(run_afp("rescore", *common, "--workers", "1", "--out-dir", str(out),
+                                                    "--quiet", *map(str, lattices), parallel=workers))
     report: dict[str, Any] = {"lattices": len(lattices), "links": sum(map(links_of, lattices)), "rounds": rounds}
     for name, done in runs.items():
         best = min(done, key=lambda run: run["wall_s"])
