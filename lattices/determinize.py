@@ -203,8 +203,8 @@ def best_of_groups(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
     components ``x`` ``(N, C)`` in order, then the lowest index) and each group's highest ``p``
     ``(N,)``. Groups come in increasing key order. Returns int64 ``(G,)`` and float64 ``(G,)``.
 
-    One two-key sort (the keys packed into one int64, then the score); the components are sorted
-    on only when a group's top score is tied between rows with different components."""
+    The keys packed into one int64, then one compiled pass (:func:`_best_in_groups`); keys too
+    large to pack go through a sort on every component."""
     n = len(score)
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -215,13 +215,6 @@ def best_of_groups(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
         if span >= 2 ** 62:
             return _best_of_groups_by_components(keys, x, score, p)
         key = key * size + column
-    return _best_of_packed(key, keys, x, score, p)
-
-
-def _best_of_packed(key: np.ndarray, keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
-                    p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`best_of_groups` once its ``keys`` are packed into one int64 ``key`` ``(N,)``, ``N > 0``:
-    one compiled pass (:func:`_best_in_groups`)."""
     return _best_in_groups(np.ascontiguousarray(key, dtype=np.int64), np.ascontiguousarray(score, dtype=np.float64),
                            np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(p, dtype=np.float64))
 
@@ -249,16 +242,21 @@ def _best_in_groups(key: np.ndarray, score: np.ndarray, x: np.ndarray, p: np.nda
             continue
         if p[r] > top[groups]:
             top[groups] = p[r]
-        b = best[groups]
-        if score[r] > score[b]:
+        if _better(score, x, r, best[groups]):
             best[groups] = r
-        elif score[r] == score[b]:
-            for c in range(x.shape[1]):
-                if x[r, c] != x[b, c]:
-                    if x[r, c] > x[b, c]:
-                        best[groups] = r
-                    break
     return best[:groups + 1].copy(), top[:groups + 1].copy()
+
+
+@compiled
+def _better(score: np.ndarray, x: np.ndarray, r: int, b: int) -> bool:  # pragma: no cover (compiled)
+    """Whether row ``r`` beats row ``b`` (the determinizer's order): a higher ``score``, or an
+    equal one and higher components ``x`` ``(N, C)`` in order; a full tie keeps ``b``."""
+    if score[r] != score[b]:
+        return score[r] > score[b]
+    for c in range(x.shape[1]):
+        if x[r, c] != x[b, c]:
+            return x[r, c] > x[b, c]
+    return False
 
 
 def _best_of_groups_by_components(keys: Sequence[np.ndarray], x: np.ndarray, score: np.ndarray,
@@ -518,7 +516,6 @@ class _Determinizer:
         self.threshold = cutoff - margin  # rows below it (less the forward score) cannot matter
         order = np.lexsort((g.dst, g.word, g.src))  # arcs by (source, word, destination)
         _, self.starts = topology.arcs_by_state(g.num_states, g.src)
-        self.counts = np.diff(self.starts)
         self.word, self.dst, self.x, self.p = g.word[order], g.dst[order], g.x[order], g.p[order]
         self.beta_dst = beta[self.dst]
         # the (word, destination) of each arc as one int64 key, ranked in (word, destination) order
@@ -528,7 +525,6 @@ class _Determinizer:
         self.pair = np.empty(len(by_pair), dtype=np.int64)
         self.pair[by_pair] = np.cumsum(fresh) - 1
         self.seen = np.zeros(int(fresh.sum()), dtype=bool)  # scratch: pairs kept by the prefilter
-        self.iota = np.arange(len(order) + 1, dtype=np.int64)
         self.final_pos = np.full(g.num_states, -1, dtype=np.int64)
         self.final_pos[g.finals] = np.arange(len(g.finals))
         self.forward: list[float] = []
@@ -747,15 +743,8 @@ def _word_arcs(pair: np.ndarray, x: np.ndarray, score: np.ndarray, p: np.ndarray
             continue
         arc_p[g] = max(arc_p[g], top[kept[k]])
         priority[g] = max(priority[g], through)
-        b = best[kept[chosen[g]]]
-        if score[r] > score[b]:
+        if _better(score, x, r, best[kept[chosen[g]]]):
             chosen[g] = k
-        elif score[r] == score[b]:
-            for i in range(c):
-                if x[r, i] != x[b, i]:
-                    if x[r, i] > x[b, i]:
-                        chosen[g] = k
-                    break
     x_res = np.empty((n, c))
     p_res = np.empty(n)
     for g in range(words):

@@ -90,7 +90,7 @@ def reachable(num_states: int, seeds: np.ndarray, frm: np.ndarray, to: np.ndarra
     ``backward``, for arcs given reversed: ``frm = dst``, ``to = src``)."""
     mark = np.zeros(num_states, dtype=bool)
     mark[seeds] = True
-    order = np.argsort(levels[frm], kind="stable")
+    order, _ = level_order(frm, levels)
     _mark_along(mark, np.ascontiguousarray(frm, dtype=np.int64), np.ascontiguousarray(to, dtype=np.int64),
                 order[::-1].copy() if backward else order)
     return mark

@@ -124,7 +124,7 @@ class GRUCell(RecurrentCell):
 
     def step_from(self, state: Tensor, projected: Tensor, index: Tensor) -> Tensor:
         if torch.is_grad_enabled():
-            return self.step(state, projected.index_select(0, index))
+            return super().step_from(state, projected, index)
         return self._fused(state, self._gate_table(projected).index_select(0, index))
 
     def _step_in_place(self, state: Tensor, u: Tensor) -> Tensor:
